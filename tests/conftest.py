@@ -1,0 +1,67 @@
+"""Shared test helpers: ONNX Runtime as the reference, and markers gated on the host's ISA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_fuse import host_features
+from tvm_fuse.compare import onnxruntime_session
+
+# The target the product promises; tests that execute its code need an AVX-512 host.
+AVX512_TARGET = "llvm -mcpu=skylake-avx512 -num-cores=2"
+
+_HOST = host_features()
+_GATES = {
+    "avx512": ({"avx512f", "avx512bw", "avx512vl"}, "host CPU lacks AVX-512 F/BW/VL"),
+    "vnni": ({"avx512_vnni"}, "host CPU lacks AVX512-VNNI"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for marker, (needed, reason) in _GATES.items():
+            if marker in item.keywords and not needed <= _HOST:
+                item.add_marker(pytest.mark.skip(reason=f"{reason} (has {sorted(_HOST)})"))
+
+
+def ort_outputs(model, feed: dict) -> list[np.ndarray]:
+    """ONNX Runtime's outputs for `feed`: the reference every numeric test compares with."""
+    return onnxruntime_session(model, num_threads=2).run(None, feed)
+
+
+def assert_close(ours: list[np.ndarray], reference: list[np.ndarray], rtol: float = 1e-4):
+    """Each output equals the reference elementwise within `rtol` of that output's largest
+    magnitude (fp32 kernels that sum in another order differ by rounding only)."""
+    assert len(ours) == len(reference)
+    for index, (a, b) in enumerate(zip(ours, reference)):
+        assert a.shape == b.shape, f"output {index}: shape {a.shape} != reference {b.shape}"
+        assert a.dtype == b.dtype, f"output {index}: dtype {a.dtype} != reference {b.dtype}"
+        scale = float(np.max(np.abs(b))) if b.size else 1.0
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale, err_msg=f"output {index}")
+
+
+def random_inputs(shapes: dict[str, tuple], seed: int = 0) -> dict:
+    """Standard-normal float inputs of the given shapes."""
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def tiny_model(batch="batch", op="Relu", opset=17):
+    """x[batch, 4] -> MatMul with a constant -> `op` -> y: compiles in about a second."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+            helper.make_node(op, ["h"], ["y"], name="act"),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model

@@ -1,0 +1,84 @@
+"""Each fix-up keeps the model's values (checked with ONNX Runtime) and changes what it should."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tvm_fuse.frontend.fixups import fold_constant_of_shape, range_over_dim_to_cumsum
+
+
+def _model(nodes, inputs, output, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, [output], list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _scalar_fill_model():
+    """y = x * ConstantOfShape([]) : a rank-0 fill, as torch exports BERT's mask path."""
+    empty = numpy_helper.from_array(np.array([], np.int64), "empty")
+    return _model(
+        [
+            helper.make_node("ConstantOfShape", ["empty"], ["two"], name="fill",
+                             value=numpy_helper.from_array(np.array([2.0], np.float32))),
+            helper.make_node("Mul", ["x", "two"], ["y"], name="mul"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3]),
+        [empty],
+    )
+
+
+def _positions_model():
+    """y = x + Range(0, Shape(x)[0], 1)[:, None] : positions over a dynamic batch."""
+    consts = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+    ]
+    return _model(
+        [
+            helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+            helper.make_node("Gather", ["shape", "zero"], ["n"], name="n"),
+            helper.make_node("Range", ["zero", "n", "one"], ["positions"], name="range"),
+            helper.make_node("Cast", ["positions"], ["positions_f"], name="cast", to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["positions_f", "axes"], ["column"], name="unsqueeze"),
+            helper.make_node("Expand", ["column", "shape"], ["grid"], name="expand"),
+            helper.make_node("Add", ["x", "grid"], ["y"], name="add"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3]),
+        consts,
+    )
+
+
+@pytest.mark.parametrize(
+    "make, fixup, removed_op",
+    [(_scalar_fill_model, fold_constant_of_shape, "ConstantOfShape"),
+     (_positions_model, range_over_dim_to_cumsum, "Range")],
+)
+def test_fixup_removes_the_op_and_keeps_values(make, fixup, removed_op):
+    model = make()
+    fixed = fixup(model)
+    assert removed_op in [n.op_type for n in model.graph.node], "the input must not change"
+    assert removed_op not in [n.op_type for n in fixed.graph.node]
+    feed = {"x": np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)}
+    assert_close(ort_outputs(fixed, feed), ort_outputs(model, feed), rtol=0)
+
+
+def test_range_not_over_a_dim_is_left_alone():
+    model = _positions_model()
+    model.graph.node[1].input[0] = "x"  # Gather from data, not from a shape
+    assert [n.op_type for n in range_over_dim_to_cumsum(model).graph.node] == [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("make", [_scalar_fill_model, _positions_model])
+@pytest.mark.parametrize("batch_shape", [None, (4, 3)])
+def test_fixed_up_models_build_and_match_onnxruntime(make, batch_shape):
+    model = make()
+    compiled = tvm_fuse.build(model, AVX512_TARGET, input_shapes=batch_shape and {"x": batch_shape})
+    feed = {"x": np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)}
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed))

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import tiny_model
+from tvm_fuse import CompileError, InputError
+from tvm_fuse.frontend.importer import graph_inputs, set_input_shapes
+
+
+def _one_node(node, initializers=()):
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_conversion_errors_name_the_node_and_op():
+    shape = numpy_helper.from_array(np.array([3, 3], dtype=np.int64), "shape")
+    model = _one_node(helper.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape"), [shape])
+    with pytest.raises(CompileError, match="node 'bad_reshape' \\(op Reshape, opset 17\\)"):
+        tvm_fuse.build(model, "llvm -mcpu=skylake-avx512")
+
+
+def test_initializers_listed_as_inputs_are_weights_not_inputs():
+    model = tiny_model()
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4]))
+    assert [i.name for i in graph_inputs(model)] == ["x"]
+
+
+def test_input_shapes_fix_symbolic_dims():
+    fixed = set_input_shapes(tiny_model(), {"x": (8, 4)})
+    assert graph_inputs(fixed)[0].shape == (8, 4)
+    assert graph_inputs(tiny_model())[0].shape == ("batch", 4)
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        ({"nope": (1, 4)}, "unknown input"),
+        ({"x": (1, 4, 1)}, "rank 2"),
+        ({"x": (2, 5)}, "fixed dim 4 at axis 1"),
+        ({"x": (0, 4)}, "non-positive"),
+    ],
+)
+def test_bad_input_shapes_are_rejected(shapes, message):
+    with pytest.raises(InputError, match=message):
+        set_input_shapes(tiny_model(), shapes)

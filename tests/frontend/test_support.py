@@ -1,0 +1,43 @@
+import pytest
+from onnx import TensorProto, helper
+
+import tvm_fuse
+from tests.conftest import tiny_model
+from tvm_fuse import UnsupportedOpsError
+from tvm_fuse.frontend.support import unsupported_nodes
+
+
+def _model_with(nodes):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
+    model.ir_version = 9
+    return model
+
+
+def test_supported_model_has_no_unsupported_nodes():
+    assert unsupported_nodes(tiny_model()) == []
+
+
+def test_every_unsupported_node_is_reported_at_once():
+    model = _model_with(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="fine"),
+            helper.make_node("FancyOp", ["a"], ["b"], name="custom_1", domain="com.example"),
+            helper.make_node("Relu", ["b"], ["c"], name="fine_too"),
+            helper.make_node("FancyOp", ["c"], ["d"], name="custom_2", domain="com.example"),
+        ]
+    )
+    with pytest.raises(UnsupportedOpsError) as caught:
+        tvm_fuse.build(model, "llvm -mcpu=skylake-avx512")
+    names = [n.node_name for n in caught.value.nodes]
+    assert names == ["custom_1", "custom_2"]
+    message = str(caught.value)
+    assert "FancyOp (node 'custom_1', domain com.example, opset 1)" in message
+    assert "custom_2" in message

@@ -1,0 +1,71 @@
+"""The tvm-fuse command, run as a user runs it."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from tests.conftest import AVX512_TARGET, tiny_model
+from tvm_fuse import cli
+
+
+def tvm_fuse_cmd(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "tvm_fuse.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
+
+
+@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"]])
+def test_help_documents_every_command(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "usage: tvm-fuse" in text
+    if command:
+        assert "--target" in text and "skylake-avx512" in text
+
+
+@pytest.mark.avx512
+def test_build_then_run_the_exported_library(tmp_path):
+    model_path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(batch=2), model_path)
+    built = tvm_fuse_cmd("build", str(model_path), "--target", AVX512_TARGET, "-o", str(tmp_path / "tiny.so"))
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "tiny.so").exists() and (tmp_path / "tiny.json").exists()
+
+    x = np.ones((2, 4), np.float32)
+    np.save(tmp_path / "x.npy", x)
+    ran = tvm_fuse_cmd("run", str(tmp_path / "tiny.so"), "--input", f"x={tmp_path / 'x.npy'}",
+                       "--output-dir", str(tmp_path / "out"))
+    assert ran.returncode == 0, ran.stderr
+    w = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), np.maximum(x @ w, 0), rtol=1e-6)
+
+
+@pytest.mark.avx512
+def test_bench_prints_latency_next_to_onnxruntime(tmp_path):
+    model_path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(batch=2), model_path)
+    result = tvm_fuse_cmd("bench", str(model_path), "--target", AVX512_TARGET, "--repeat", "3")
+    assert result.returncode == 0, result.stderr
+    assert "tvm_fuse" in result.stdout and "onnxruntime" in result.stdout
+    assert "ONNX Runtime / tvm_fuse" in result.stdout and "max abs output difference" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["build", "missing.onnx"], "missing.onnx does not exist"),
+        (["run", "missing.so"], "no exported model"),
+        (["build", "not_a_model"], "unknown model 'not_a_model'"),
+        (["build", "resnet50", "--target", "llvm -mcpu=nonsense"], "does not know the CPU"),
+    ],
+)
+def test_errors_are_one_line_not_a_traceback(args, message, tmp_path):
+    result = tvm_fuse_cmd(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,170 @@
+"""CompiledModel: the ONNX Runtime-style session API, input checks, export and load."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tvm_fuse
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, tiny_model
+from tvm_fuse import ExportError, InputError
+
+pytestmark = pytest.mark.avx512
+
+
+@pytest.fixture(scope="module")
+def dynamic():
+    """The tiny model with its batch dim left symbolic."""
+    return tvm_fuse.build(tiny_model(), AVX512_TARGET)
+
+
+def _x(batch=2, dtype=np.float32):
+    return np.random.default_rng(0).standard_normal((batch, 4)).astype(dtype)
+
+
+def test_signature_reads_like_onnxruntime(dynamic):
+    (inp,) = dynamic.get_inputs()
+    (out,) = dynamic.get_outputs()
+    assert (inp.name, inp.shape, inp.dtype, inp.type) == ("x", ("batch", 4), "float32", "tensor(float)")
+    assert out.name == "y" and out.shape[1] == 4
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_dynamic_batch_matches_onnxruntime(dynamic, batch):
+    feed = {"x": _x(batch)}
+    assert_close(dynamic.run(None, feed), ort_outputs(tiny_model(), feed))
+
+
+def test_output_names_select_outputs(dynamic):
+    feed = {"x": _x()}
+    (all_y,) = dynamic.run(None, feed)
+    (named_y,) = dynamic.run(["y"], feed)
+    np.testing.assert_array_equal(all_y, named_y)
+    assert dynamic.run([], feed) == []
+
+
+@pytest.mark.parametrize(
+    "feed, output_names, message",
+    [
+        ({}, None, "missing input\\(s\\) \\['x'\\]"),
+        ({"x": _x(), "z": _x()}, None, "unknown input\\(s\\) \\['z'\\]"),
+        ({"x": _x(dtype=np.float64)}, None, "dtype float64, but the model expects float32"),
+        ({"x": np.zeros((2, 5), np.float32)}, None, "axis 1 must be 4"),
+        ({"x": np.zeros((2, 4, 1), np.float32)}, None, "rank 3"),
+        ({"x": np.zeros((0, 4), np.float32)}, None, "empty at axis 0"),
+        ({"x": "hello"}, None, "cannot become a float32 array"),
+        ({"x": _x()}, ["nope"], "unknown output"),
+        ({"x": _x()}, "y", "list of names"),
+        ([_x()], None, "dict of name"),
+    ],
+)
+def test_bad_feeds_raise_input_error_naming_the_input(dynamic, feed, output_names, message):
+    with pytest.raises(InputError, match=message):
+        dynamic.run(output_names, feed)
+
+
+def test_lists_and_non_contiguous_arrays_are_accepted(dynamic):
+    x = _x(4)
+    expected = dynamic.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(dynamic.run(None, {"x": x.tolist()})[0], expected)
+    strided = np.asfortranarray(x)
+    np.testing.assert_array_equal(dynamic.run(None, {"x": strided})[0], expected)
+
+
+def test_static_input_shapes_reject_other_batches():
+    model = tvm_fuse.build(tiny_model(), AVX512_TARGET, input_shapes={"x": (2, 4)})
+    assert model.get_inputs()[0].shape == (2, 4)
+    model.run(None, {"x": _x(2)})
+    with pytest.raises(InputError, match="axis 0 must be 2"):
+        model.run(None, {"x": _x(3)})
+
+
+def test_benchmark_reports_percentiles(dynamic):
+    latency = dynamic.benchmark({"x": _x()}, warmup=1, repeat=5, num_threads=1)
+    assert latency.runs == 5
+    assert 0 < latency.min_ms <= latency.median_ms <= latency.p90_ms <= latency.p99_ms
+
+
+def test_export_and_load_without_the_onnx_file(dynamic, tmp_path):
+    path = dynamic.export(tmp_path / "tiny.so")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json", "tiny.so"]
+    loaded = tvm_fuse.load(path)
+    assert loaded.get_inputs() == dynamic.get_inputs()
+    assert loaded.get_outputs() == dynamic.get_outputs()
+    feed = {"x": _x(5)}
+    np.testing.assert_array_equal(loaded.run(None, feed)[0], dynamic.run(None, feed)[0])
+
+
+def test_interrupted_export_leaves_no_file(dynamic, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tvm_fuse.artifact.json.dumps", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dynamic.export(tmp_path / "model.so")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_export_keeps_the_previous_export(dynamic, tmp_path, monkeypatch):
+    path = dynamic.export(tmp_path / "model.so")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.setattr("tvm_fuse.artifact.os.replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        dynamic.export(path)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_load_refuses_mismatched_or_missing_metadata(dynamic, tmp_path):
+    path = dynamic.export(tmp_path / "model.so")
+    meta = tmp_path / "model.json"
+    record = json.loads(meta.read_text())
+    record["library_sha256"] = "0" * 64
+    meta.write_text(json.dumps(record))
+    with pytest.raises(ExportError, match="does not match its metadata"):
+        tvm_fuse.load(path)
+    meta.write_text("{not json")
+    with pytest.raises(ExportError, match="cannot read the metadata"):
+        tvm_fuse.load(path)
+    meta.unlink()
+    with pytest.raises(ExportError, match="no metadata file"):
+        tvm_fuse.load(path)
+    with pytest.raises(ExportError, match="no exported model"):
+        tvm_fuse.load(tmp_path / "other.so")
+
+
+def test_export_to_a_missing_directory_fails_cleanly(dynamic, tmp_path):
+    with pytest.raises(ExportError, match="does not exist"):
+        dynamic.export(tmp_path / "no" / "such" / "dir.so")
+
+
+def test_assembly_is_x86_with_zmm_registers_for_avx512(dynamic):
+    text = dynamic.assembly()
+    assert "zmm" in text and ".text" in text
+
+
+def test_a_model_compiled_for_features_the_host_lacks_refuses_to_run(monkeypatch):
+    model = tvm_fuse.build(tiny_model(), AVX512_TARGET)
+    monkeypatch.setattr("tvm_fuse.target.host_features", lambda: frozenset({"avx2", "fma"}))
+    with pytest.raises(tvm_fuse.TvmFuseError, match="this CPU lacks them"):
+        model.run(None, {"x": _x()})
+
+
+def test_out_of_range_token_ids_are_refused_not_read_out_of_bounds():
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.arange(20, dtype=np.float32).reshape(10, 2), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"], name="embedding")],
+        "lookup",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 2])],
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    compiled = tvm_fuse.build(model, AVX512_TARGET)
+    assert compiled.get_inputs()[0].index_limit == 10
+    ids = np.array([[0, 9, -10]], np.int64)
+    assert_close(compiled.run(None, {"ids": ids}), ort_outputs(model, {"ids": ids}))
+    with pytest.raises(InputError, match=r"table of 10 rows.*\[-10, 9\]"):
+        compiled.run(None, {"ids": np.array([[0, 1, 10]], np.int64)})

@@ -1,0 +1,64 @@
+"""The public entry points: `build` an ONNX model for a CPU, `load` an exported one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import tvm
+
+from . import artifact
+from .compiled_model import CompiledModel, set_num_threads
+from .errors import CompileError
+from .frontend.fixups import apply_fixups
+from .frontend.importer import graph_inputs, import_onnx, relax_outputs, set_input_shapes
+from .frontend.load import load_model
+from .pipeline import relax_pipeline
+from .target import isa_features, parse_target, target_string
+
+
+def build(
+    model,
+    target=None,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    num_threads: int | None = None,
+) -> CompiledModel:
+    """Compile an ONNX model for an x86 CPU.
+
+    Args:
+        model: a path to an .onnx file, its bytes, or an `onnx.ModelProto`.
+        target: `"llvm -mcpu=skylake-avx512"` (TVM's string form, with `-num-cores=`,
+            `-mattr=+avx512f,...`), the dict form, a `tvm.target.Target`, or None / `"native"`
+            for this machine's CPU.
+        input_shapes: static shapes for inputs with symbolic dims, e.g. `{"data": (8, 3, 224, 224)}`.
+            Dims left symbolic are compiled as dynamic.
+        num_threads: threads per run (default: TVM's, one per core).
+
+    Raises:
+        ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
+        InputError for bad `input_shapes`, CompileError.
+    """
+    tvm_target = parse_target(target)
+    onnx_model = load_model(model)
+    if input_shapes:
+        onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
+    onnx_model = apply_fixups(onnx_model)
+    mod = import_onnx(onnx_model)
+    try:
+        executable = tvm.compile(mod, target=tvm_target, relax_pipeline=relax_pipeline(tvm_target))
+    except Exception as error:
+        raise CompileError(f"compiling for {target_string(tvm_target)} failed: {error}") from error
+    if num_threads is not None:
+        set_num_threads(num_threads)
+    return CompiledModel(
+        executable,
+        graph_inputs(onnx_model),
+        relax_outputs(mod, onnx_model),
+        target_string(tvm_target),
+        isa_features(tvm_target),
+    )
+
+
+def load(path) -> CompiledModel:
+    """Reopen a model saved with `CompiledModel.export(path)`; the ONNX file is not needed."""
+    return artifact.load(path)

@@ -1,0 +1,161 @@
+"""The `tvm-fuse` command: build, run and benchmark ONNX models."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import api, models
+from .benchmark import random_feed
+from .compare import compare
+from .errors import TvmFuseError
+from .frontend.load import load_model
+
+DEFAULT_MODEL = "resnet50"
+
+_MODEL_HELP = (
+    "an .onnx file, or the name of a model that needs no download: "
+    + ", ".join(models.LIGHT_MODELS)
+    + " (the onnx wheel's light models, weights drawn from a seed), mobilenet_v2, resnet18, "
+    "transformer_encoder"
+)
+_TARGET_HELP = (
+    "CPU to compile for, in TVM's string form, e.g. 'llvm -mcpu=skylake-avx512 -num-cores=2' "
+    "or 'llvm -mcpu=cascadelake -mattr=+avx512f'; 'native' (default) is this machine"
+)
+
+
+def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    name, _, dims = text.rpartition("=")
+    try:
+        return name, tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=D1,D2,... such as data=8,3,224,224, got {text!r}") from None
+
+
+def _input_arg(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return name, Path(path)
+
+
+def _load_onnx(spec: str, batch: int):
+    path = Path(spec)
+    if path.suffix == ".onnx" or path.exists():
+        return spec  # build() reads paths itself and reports what is wrong with them
+    return models.named_model(spec, batch=batch)
+
+
+def _build(args):
+    source = _load_onnx(args.model, args.batch)
+    return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []))
+
+
+def cmd_build(args) -> int:
+    model = _build(args)
+    output = Path(args.output or Path(args.model).stem + ".so")
+    model.export(output)
+    print(f"built {args.model} for {model.target}")
+    print(f"wrote {output} and {output.with_suffix('.json')}")
+    return 0
+
+
+def _read_feed(model, pairs) -> dict:
+    if not pairs:
+        print("no --input given: running on random inputs")
+        return random_feed(model.get_inputs())
+    feed = {}
+    for name, path in pairs:
+        try:
+            feed[name] = np.load(path)
+        except (OSError, ValueError) as error:
+            raise TvmFuseError(f"cannot read input {name!r} from {path}: {error}") from None
+    return feed
+
+
+def cmd_run(args) -> int:
+    model = api.load(args.model) if args.model.endswith(".so") else _build(args)
+    outputs = model.run(None, _read_feed(model, args.input))
+    for info, value in zip(model.get_outputs(), outputs):
+        flat = value.reshape(-1)
+        print(f"{info.name}: shape {list(value.shape)} {value.dtype}, first values {np.array2string(flat[:5], precision=5)}")
+        if args.output_dir:
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            target = args.output_dir / (info.name.replace("/", "_") + ".npy")
+            np.save(target, value)
+            print(f"  saved to {target}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    onnx_model = load_model(_load_onnx(args.model, args.batch))
+    model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []))
+    feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
+    threads = args.threads or len(os.sched_getaffinity(0))
+    print(f"model {args.model}, target {model.target}, {threads} thread(s), "
+          f"{args.repeat} runs after {args.warmup} warm-up, alternating with ONNX Runtime")
+    if args.no_ort:
+        print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
+        return 0
+    result = compare(model, onnx_model, feed, threads, args.warmup, args.repeat)
+    print(f"{'':14}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
+    for name, lat in (("tvm_fuse", result.tvm_fuse), ("onnxruntime", result.onnxruntime)):
+        print(f"{name:14}{lat.median_ms:10.2f}{lat.p90_ms:10.2f}{lat.min_ms:10.2f}")
+    print(f"ONNX Runtime / tvm_fuse: {result.speedup:.3f}x (above 1: tvm_fuse is faster)")
+    print(f"max abs output difference: {result.max_abs_diff:.3g} "
+          f"(relative to the largest output: {result.max_rel_diff:.3g})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="tvm-fuse",
+        description="Compile ONNX models with Apache TVM into fast x86 CPU code.",
+    )
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name, func, help_text, model_default=None):
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        if model_default:
+            sub.add_argument("model", nargs="?", default=model_default, help=f"{_MODEL_HELP} (default: {model_default})")
+        else:
+            sub.add_argument("model", help=_MODEL_HELP)
+        sub.add_argument("--target", default="native", help=_TARGET_HELP)
+        sub.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=D1,D2,...",
+                         help="static shape for an input with symbolic dims (repeatable)")
+        sub.add_argument("--batch", type=int, default=1, help="batch size for the named built models (default 1)")
+        sub.set_defaults(func=func)
+        return sub
+
+    build = command("build", cmd_build, "compile a model and export it as a shared library")
+    build.add_argument("-o", "--output", help="library path (default: MODEL's name with .so); metadata goes beside it as .json")
+
+    run = command("run", cmd_run, "run a model (.onnx, a named model, or an exported .so) and print its outputs")
+    run.add_argument("--input", action="append", type=_input_arg, metavar="NAME=FILE.npy",
+                     help="an input from a .npy file (repeatable); random inputs if none")
+    run.add_argument("--output-dir", type=Path, help="also save each output as NAME.npy here")
+
+    bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
+    bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")
+    bench.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
+    bench.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    bench.add_argument("--no-ort", action="store_true", help="time tvm_fuse alone")
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (TvmFuseError, ValueError, ImportError) as error:
+        print(f"tvm-fuse {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""tvm_fuse next to ONNX Runtime on the same model, inputs and thread count.
+
+Runs alternate between the two (ours, theirs, ours, ...) so that a noisy neighbour on a shared
+machine slows both alike; the ratio of medians is the figure to read, not the times.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .benchmark import Latency
+from .compiled_model import CompiledModel, set_num_threads
+
+
+@dataclass(frozen=True)
+class Comparison:
+    tvm_fuse: Latency
+    onnxruntime: Latency
+    max_abs_diff: float  # over all outputs
+    max_rel_diff: float  # max |ours - ref| / max |ref|, per output, worst output
+
+    @property
+    def speedup(self) -> float:
+        """ONNX Runtime's median over ours: above 1 means tvm_fuse is faster."""
+        return self.onnxruntime.median_ms / self.tvm_fuse.median_ms
+
+
+def onnxruntime_session(model: onnx.ModelProto, num_threads: int):
+    """An ONNX Runtime CPU session with all graph optimizations, as users deploy it."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ImportError(
+            "comparing with ONNX Runtime needs it installed: pip install 'tvm_fuse[bench]'"
+        ) from None
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = num_threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: the light models carry unused initializers
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def differences(ours: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float, float]:
+    """(max absolute difference, max difference relative to each output's largest magnitude)."""
+    abs_diff = rel_diff = 0.0
+    for a, b in zip(ours, reference):
+        diff = float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+        scale = float(np.max(np.abs(b))) if b.size else 0.0
+        abs_diff = max(abs_diff, diff)
+        rel_diff = max(rel_diff, diff / scale if scale else diff)
+    return abs_diff, rel_diff
+
+
+def compare(model: CompiledModel, onnx_model: onnx.ModelProto, feed: dict,
+            num_threads: int, warmup: int = 3, repeat: int = 20) -> Comparison:
+    """Time both runtimes alternately on `feed` and compare their outputs."""
+    session = onnxruntime_session(onnx_model, num_threads)
+    set_num_threads(num_threads)
+    ours = model.run(None, feed)
+    reference = session.run(None, feed)
+    for _ in range(warmup):
+        model.run(None, feed)
+        session.run(None, feed)
+    ours_ms, theirs_ms = [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        model.run(None, feed)
+        middle = time.perf_counter()
+        session.run(None, feed)
+        end = time.perf_counter()
+        ours_ms.append((middle - start) * 1e3)
+        theirs_ms.append((end - middle) * 1e3)
+    abs_diff, rel_diff = differences(ours, reference)
+    return Comparison(Latency.of(ours_ms), Latency.of(theirs_ms), abs_diff, rel_diff)

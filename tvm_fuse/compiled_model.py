@@ -1,0 +1,128 @@
+"""`CompiledModel`: a built model, used like an ONNX Runtime `InferenceSession`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from . import artifact
+from .benchmark import Latency, random_feed, time_runs
+from .errors import TvmFuseError
+from .feed import check_feed, output_indices
+from .frontend.importer import TensorInfo
+from .target import missing_host_features
+
+
+def set_num_threads(count: int) -> None:
+    """Use `count` threads in every kernel of this process (TVM's pool is per process)."""
+    if count < 1:
+        raise ValueError(f"the thread count must be >= 1, got {count}")
+    # Affinity mode 1 ("big cores") is the default, with `count` workers.
+    tvm.get_global_func("runtime.config_threadpool")(1, count)
+
+
+class CompiledModel:
+    """A model compiled for one CPU target.
+
+    `run(output_names, feed)` returns numpy arrays as ONNX Runtime does; `get_inputs()` and
+    `get_outputs()` describe the signature; `export(path)` writes a shared library that
+    `tvm_fuse.load(path)` reopens without the ONNX file.
+    """
+
+    def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features):
+        self._library = library
+        self._inputs: list[TensorInfo] = list(inputs)
+        self._outputs: list[TensorInfo] = list(outputs)
+        self.target = target
+        self.features = frozenset(features)  # ISA features the code may use
+        self._vm = None
+
+    # -- signature -------------------------------------------------------------------------
+    def get_inputs(self) -> list[TensorInfo]:
+        """The inputs to feed: name, shape (symbolic dims as names) and dtype."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[TensorInfo]:
+        """The outputs `run` returns, in order."""
+        return list(self._outputs)
+
+    # -- running ---------------------------------------------------------------------------
+    def _machine(self) -> relax.VirtualMachine:
+        if self._vm is None:
+            missing = missing_host_features(self.features)
+            if missing:
+                # Running would die on an illegal instruction: refuse with a reason instead.
+                raise TvmFuseError(
+                    f"this model was compiled for '{self.target}', which uses {sorted(missing)}; "
+                    "this CPU lacks them. Build with target='native' to run here."
+                )
+            self._vm = relax.VirtualMachine(self._library, tvm.cpu())
+        return self._vm
+
+    def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
+        """Run the model on `input_feed` (name -> array); return the outputs named in
+        `output_names` (None: all), as numpy arrays."""
+        del run_options  # accepted for ONNX Runtime compatibility
+        wanted = output_indices(self._outputs, output_names)
+        arrays = check_feed(self._inputs, input_feed)
+        device = tvm.cpu()
+        result = self._machine()["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+        results = list(result) if len(self._outputs) > 1 else [result]
+        return [results[i].numpy() for i in wanted]
+
+    def benchmark(self, feed: dict | None = None, warmup: int = 3, repeat: int = 20,
+                  num_threads: int | None = None) -> Latency:
+        """Latency of `run` on `feed` (random inputs if None) after `warmup` untimed runs."""
+        if num_threads is not None:
+            set_num_threads(num_threads)
+        feed = feed if feed is not None else random_feed(self._inputs)
+        return Latency.of(time_runs(lambda: self.run(None, feed), warmup, repeat))
+
+    # -- inspection and export -----------------------------------------------------------
+    def assembly(self) -> str:
+        """The generated x86 assembly of every kernel, as text."""
+        module = getattr(self._library, "mod", self._library)  # Executable, or a loaded Module
+        sources = [m.inspect_source("asm") for m in module.imports if m.kind == "llvm"]
+        if not sources:
+            raise TvmFuseError("assembly is only available for a model built in this process, not one loaded from a library")
+        return "\n".join(sources)
+
+    def export(self, path: str | Path) -> Path:
+        """Write the model to `path` (a shared library) and its signature beside it
+        (`<path without suffix>.json`); return the library path. Atomic: an interrupted
+        export leaves the previous files, never half-written ones."""
+        return artifact.export(self, Path(path))
+
+    def metadata(self) -> dict:
+        """What `load` needs besides the library: signature and target."""
+        return {
+            "target": self.target,
+            "features": sorted(self.features),
+            "inputs": [_info_to_json(i) for i in self._inputs],
+            "outputs": [_info_to_json(o) for o in self._outputs],
+        }
+
+    @classmethod
+    def from_metadata(cls, library, metadata: dict) -> "CompiledModel":
+        return cls(
+            library,
+            [_info_from_json(i) for i in metadata["inputs"]],
+            [_info_from_json(o) for o in metadata["outputs"]],
+            metadata["target"],
+            metadata["features"],
+        )
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{i.name}{list(i.shape)}" for i in self._inputs)
+        return f"CompiledModel(target='{self.target}', inputs=[{ins}])"
+
+
+def _info_to_json(info: TensorInfo) -> dict:
+    return {"name": info.name, "shape": list(info.shape), "dtype": info.dtype, "index_limit": info.index_limit}
+
+
+def _info_from_json(data: dict) -> TensorInfo:
+    return TensorInfo(data["name"], tuple(data["shape"]), data["dtype"], data.get("index_limit"))

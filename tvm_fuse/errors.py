@@ -1,0 +1,52 @@
+"""The exceptions tvm_fuse raises. Each message names the file, node, op or input at fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class TvmFuseError(Exception):
+    """Base class of every error tvm_fuse raises on purpose."""
+
+
+class ModelLoadError(TvmFuseError):
+    """The model cannot be read: missing file, not ONNX, truncated, or invalid."""
+
+
+class TargetError(TvmFuseError, ValueError):
+    """The target string, dict or object does not describe a CPU we can compile for."""
+
+
+@dataclass(frozen=True)
+class UnsupportedNode:
+    """One ONNX node no converter handles."""
+
+    op_type: str
+    node_name: str
+    domain: str
+    opset: int
+
+    def __str__(self) -> str:
+        domain = self.domain or "ai.onnx"
+        return f"{self.op_type} (node {self.node_name!r}, domain {domain}, opset {self.opset})"
+
+
+class UnsupportedOpsError(ModelLoadError):
+    """The model uses ops tvm_fuse cannot compile; `nodes` lists every one of them."""
+
+    def __init__(self, nodes: list[UnsupportedNode]):
+        self.nodes = nodes
+        lines = "\n".join(f"  - {node}" for node in nodes)
+        super().__init__(f"the model has {len(nodes)} node(s) with unsupported ops:\n{lines}")
+
+
+class CompileError(TvmFuseError):
+    """The model was read but could not be imported or compiled."""
+
+
+class InputError(TvmFuseError, ValueError):
+    """A run was fed a wrong, missing or malformed input, or asked for an unknown output."""
+
+
+class ExportError(TvmFuseError):
+    """A compiled model could not be exported or loaded back."""

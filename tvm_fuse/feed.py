@@ -1,0 +1,92 @@
+"""Check a run's inputs against the model's signature before they reach compiled code.
+
+Compiled kernels trust their arguments: a wrong shape there reads out of bounds. Every check
+a kernel would otherwise skip happens here, with the input's name in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .errors import InputError
+from .frontend.importer import TensorInfo
+
+
+def _describe(inputs: list[TensorInfo]) -> str:
+    return ", ".join(f"{i.name} {list(i.shape)} {i.dtype}" for i in inputs)
+
+
+def check_feed(inputs: list[TensorInfo], feed) -> list[np.ndarray]:
+    """The arrays of `feed` in the order of `inputs`, contiguous and checked."""
+    if not isinstance(feed, Mapping):
+        raise InputError(f"inputs are a dict of name -> array, not {type(feed).__name__}")
+    names = [i.name for i in inputs]
+    unknown = [name for name in feed if name not in names]
+    missing = [name for name in names if name not in feed]
+    if unknown or missing:
+        problems = []
+        if missing:
+            problems.append(f"missing input(s) {missing}")
+        if unknown:
+            problems.append(f"unknown input(s) {unknown}")
+        raise InputError(f"{' and '.join(problems)}; the model takes {_describe(inputs)}")
+
+    bound: dict[str, tuple[int, str]] = {}  # symbolic dim -> (value, the input that set it)
+    arrays = []
+    for info in inputs:
+        value = feed[info.name]
+        if not isinstance(value, np.ndarray):
+            try:
+                value = np.asarray(value, dtype=info.dtype)
+            except (TypeError, ValueError) as error:
+                raise InputError(f"input {info.name!r} cannot become a {info.dtype} array: {error}") from None
+        if value.dtype != np.dtype(info.dtype):
+            raise InputError(
+                f"input {info.name!r} has dtype {value.dtype}, but the model expects {info.dtype}; "
+                f"convert it with .astype(np.{info.dtype})"
+            )
+        if value.ndim != len(info.shape):
+            raise InputError(
+                f"input {info.name!r} has shape {list(value.shape)} (rank {value.ndim}), but the "
+                f"model expects rank {len(info.shape)}: {list(info.shape)}"
+            )
+        for axis, (have, want) in enumerate(zip(value.shape, info.shape)):
+            if isinstance(want, int):
+                if have != want:
+                    raise InputError(
+                        f"input {info.name!r} has shape {list(value.shape)}, but the model expects "
+                        f"{list(info.shape)} (axis {axis} must be {want})"
+                    )
+            elif want != "?" and want in bound and bound[want][0] != have:
+                value_seen, where = bound[want]
+                raise InputError(
+                    f"input {info.name!r} has {want}={have} at axis {axis}, but input {where!r} "
+                    f"set {want}={value_seen}; inputs that share a dim must agree"
+                )
+            elif have == 0:
+                raise InputError(f"input {info.name!r} is empty at axis {axis} ({want})")
+            else:
+                bound.setdefault(want, (have, info.name))
+        limit = info.index_limit
+        if limit is not None and value.size and (value.min() < -limit or value.max() >= limit):
+            raise InputError(
+                f"input {info.name!r} indexes a table of {limit} rows, but has values from "
+                f"{value.min()} to {value.max()}; valid values lie in [{-limit}, {limit - 1}]"
+            )
+        arrays.append(np.ascontiguousarray(value))
+    return arrays
+
+
+def output_indices(outputs: list[TensorInfo], output_names) -> list[int]:
+    """Positions of `output_names` (None: all) among `outputs`."""
+    if output_names is None:
+        return list(range(len(outputs)))
+    if isinstance(output_names, str):
+        raise InputError(f"output_names is a list of names; got the string {output_names!r}, use [{output_names!r}]")
+    names = [o.name for o in outputs]
+    unknown = [n for n in output_names if n not in names]
+    if unknown:
+        raise InputError(f"unknown output(s) {unknown}; the model's outputs are {names}")
+    return [names.index(n) for n in output_names]

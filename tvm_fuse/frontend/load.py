@@ -1,0 +1,64 @@
+"""Read an ONNX model from a path, bytes or a ModelProto, with errors a user can act on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from ..errors import ModelLoadError
+
+ModelSource = "str | os.PathLike | bytes | onnx.ModelProto"
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as error:
+        raise ModelLoadError(
+            f"{where} is not a readable ONNX model ({len(data)} bytes): the protobuf does not "
+            f"parse ({error}); the file may be truncated or not ONNX at all"
+        ) from None
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelLoadError(
+            f"{where} parsed as protobuf but holds no ONNX graph ({len(data)} bytes): "
+            "the file is probably truncated or not an ONNX model"
+        )
+    return model
+
+
+def load_model(source) -> onnx.ModelProto:
+    """Return the ModelProto for `source`: a path, serialized bytes, or a ModelProto.
+
+    External data next to a model file is loaded too. Raises ModelLoadError for a missing file,
+    a file that is not ONNX, a truncated file, or a model the ONNX checker rejects.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model, where = source, "the given ModelProto"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model, where = _parse(bytes(source), "the given bytes"), "the given bytes"
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        where = str(path)
+        if not path.exists():
+            raise ModelLoadError(f"model file {where} does not exist")
+        if path.is_dir():
+            raise ModelLoadError(f"model path {where} is a directory, not an ONNX file")
+        model = _parse(path.read_bytes(), where)
+        try:
+            onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as error:
+            raise ModelLoadError(f"cannot load the external data of {where}: {error}") from None
+    else:
+        raise ModelLoadError(
+            f"a model is a path, bytes or onnx.ModelProto, not {type(source).__name__}"
+        )
+
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as error:
+        raise ModelLoadError(f"{where} is not a valid ONNX model: {error}") from None
+    return model

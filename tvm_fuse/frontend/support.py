@@ -1,0 +1,50 @@
+"""Which ONNX ops tvm_fuse can compile, checked for the whole model before anything is built."""
+
+from __future__ import annotations
+
+import onnx
+from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+from ..errors import UnsupportedNode, UnsupportedOpsError
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+# Handled by the importer itself rather than by a converter.
+_BUILTIN_OPS = frozenset({"Constant", "If"})
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's ai.onnx opset version."""
+    for entry in model.opset_import:
+        if entry.domain in _DEFAULT_DOMAINS:
+            return entry.version
+    return 1
+
+
+def _nodes(graph: onnx.GraphProto):
+    """Every node of `graph`, including those inside If/Loop bodies."""
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _nodes(subgraph)
+
+
+def unsupported_nodes(model: onnx.ModelProto) -> list[UnsupportedNode]:
+    """Every node whose op no converter handles, in graph order."""
+    convert_map = _get_convert_map()
+    opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
+    return [
+        UnsupportedNode(node.op_type, node.name or f"#{index}", node.domain, opsets.get(node.domain or "ai.onnx", 0))
+        for index, node in enumerate(_nodes(model.graph))
+        if node.domain not in _DEFAULT_DOMAINS
+        or (node.op_type not in convert_map and node.op_type not in _BUILTIN_OPS)
+    ]
+
+
+def check_supported(model: onnx.ModelProto) -> None:
+    """Raise UnsupportedOpsError listing every unsupported node at once."""
+    nodes = unsupported_nodes(model)
+    if nodes:
+        raise UnsupportedOpsError(nodes)

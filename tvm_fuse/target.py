@@ -1,0 +1,137 @@
+"""Targets: the familiar `llvm -mcpu=...` string to a TVM 0.27 `Target`, and CPU ISA features.
+
+TVM 0.27 accepts only the dict form of a target; users know the string form from TVM's
+tutorials and from every other tool. `parse_target` takes either (or a `Target`, or None /
+"native" for this machine) and always returns a `Target` of kind llvm.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Any
+
+import tvm
+
+from .errors import TargetError
+
+# Our ISA names -> the LLVM feature that implies them.
+ISA_FEATURES = {
+    "avx2": "avx2",
+    "fma": "fma",
+    "avx512f": "avx512f",
+    "avx512bw": "avx512bw",
+    "avx512vl": "avx512vl",
+    "avx512_vnni": "avx512vnni",
+    "amx": "amx-int8",
+}
+
+_INT_OPTIONS = {"num-cores", "opt-level"}
+_LIST_OPTIONS = {"mattr", "keys", "libs", "cl-opt"}
+
+
+def _host_llvm_features() -> dict[str, bool]:
+    features = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+    return {str(name): bool(enabled) for name, enabled in features.items()}
+
+
+def host_cpu() -> str:
+    """LLVM's name for this machine's CPU (e.g. `skylake-avx512`, `znver5`)."""
+    return str(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
+
+
+def host_features() -> frozenset[str]:
+    """The ISA features (names of `ISA_FEATURES`) this machine can execute."""
+    llvm = _host_llvm_features()
+    return frozenset(name for name, feature in ISA_FEATURES.items() if llvm.get(feature))
+
+
+def _host_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _native_target() -> dict[str, Any]:
+    # The CPU name implies features the OS may keep off (AMX tiles need a kernel opt-in):
+    # turn off explicitly what the host does not enable, as -march=native does.
+    disabled = sorted(f"-{name}" for name, on in _host_llvm_features().items() if not on)
+    return {"kind": "llvm", "mcpu": host_cpu(), "mattr": disabled, "num-cores": _host_cores()}
+
+
+def _parse_string(text: str) -> dict[str, Any]:
+    words = shlex.split(text)
+    if not words:
+        raise TargetError("empty target string; use e.g. 'llvm -mcpu=skylake-avx512'")
+    kind, options = words[0], words[1:]
+    if kind == "native":
+        if options:
+            raise TargetError(f"'native' takes no options, got {' '.join(options)!r}")
+        return _native_target()
+    spec: dict[str, Any] = {"kind": kind}
+    for option in options:
+        if not option.startswith("-") or "=" not in option:
+            raise TargetError(
+                f"cannot read target option {option!r} in {text!r}; options look like -key=value"
+            )
+        key, value = option.lstrip("-").split("=", 1)
+        if key in _INT_OPTIONS:
+            try:
+                spec[key] = int(value)
+            except ValueError:
+                raise TargetError(f"target option -{key} takes an integer, got {value!r}") from None
+        elif key in _LIST_OPTIONS:
+            spec[key] = [v for v in value.split(",") if v]
+        else:
+            spec[key] = value
+    return spec
+
+
+def parse_target(target: str | dict | tvm.target.Target | None = None) -> tvm.target.Target:
+    """Return a TVM `Target` for `target`.
+
+    Accepts `"llvm -mcpu=skylake-avx512 -num-cores=2 -mattr=+avx512f,+avx512bw"`, the dict form,
+    a `tvm.target.Target`, or None / "native" for the host CPU with its detected features.
+    """
+    if isinstance(target, tvm.target.Target):
+        spec = dict(target.export())
+    elif target is None:
+        spec = _native_target()
+    elif isinstance(target, str):
+        spec = _parse_string(target.strip())
+    elif isinstance(target, dict):
+        spec = _native_target() if target.get("kind") == "native" else dict(target)
+    else:
+        raise TargetError(f"target must be a string, dict or tvm.target.Target, not {type(target)}")
+
+    if spec.get("kind") != "llvm":
+        raise TargetError(f"tvm_fuse compiles for x86 CPUs: target kind must be 'llvm', not {spec.get('kind')!r}")
+    cpu = spec.get("mcpu")
+    triple = spec.get("mtriple") or "x86_64-unknown-linux-gnu"
+    if cpu and not tvm.get_global_func("target.llvm_is_valid_cpu")(cpu, triple):
+        raise TargetError(f"LLVM does not know the CPU -mcpu={cpu!r} (try skylake-avx512, cascadelake, icelake-server, haswell)")
+    try:
+        return tvm.target.Target(spec)
+    except Exception as error:  # TVM reports bad keys as assorted error types
+        raise TargetError(f"invalid target {target!r}: {error}") from None
+
+
+def isa_features(target: tvm.target.Target) -> frozenset[str]:
+    """The ISA features (names of `ISA_FEATURES`) code compiled for `target` may use."""
+    has = tvm.get_global_func("target.llvm_cpu_has_feature")
+    return frozenset(name for name, feature in ISA_FEATURES.items() if has(feature, target))
+
+
+def target_string(target: tvm.target.Target) -> str:
+    """The familiar string form of `target`, for reports and metadata."""
+    spec = dict(target.export())
+    words = [str(spec.pop("kind"))]
+    for key in ("mcpu", "mtriple", "num-cores", "mattr"):
+        value = spec.get(key)
+        if value in (None, "", []):
+            continue
+        words.append(f"-{key}={value if isinstance(value, (str, int)) else ','.join(value)}")
+    return " ".join(words)
+
+
+def missing_host_features(features) -> frozenset[str]:
+    """Which of `features` (names of `ISA_FEATURES`) this machine cannot execute."""
+    return frozenset(features) - host_features()
