@@ -5,7 +5,13 @@
     outputs = model.run(None, {"data": batch})
 """
 
-from ._version import __version__
+import os as _os
+
+# TVM sizes its thread pool, on first use, to half the logical CPUs on x86 (it assumes
+# hyper-threading): one thread on a 2-vCPU machine. Default to every CPU we may run on.
+_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
+
+from ._version import __version__  # noqa: E402
 from .api import build, load
 from .benchmark import Latency
 from .compiled_model import CompiledModel, set_num_threads

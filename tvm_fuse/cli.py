@@ -14,6 +14,7 @@ from .benchmark import random_feed
 from .compare import compare
 from .errors import TvmFuseError
 from .frontend.load import load_model
+from .target import parse_target, target_string
 
 DEFAULT_MODEL = "resnet50"
 
@@ -60,7 +61,7 @@ def cmd_build(args) -> int:
     model = _build(args)
     output = Path(args.output or Path(args.model).stem + ".so")
     model.export(output)
-    print(f"built {args.model} for {model.target}")
+    print(f"built {args.model} for {target_string(parse_target(model.target), brief=True)}")
     print(f"wrote {output} and {output.with_suffix('.json')}")
     return 0
 
@@ -97,7 +98,7 @@ def cmd_bench(args) -> int:
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []))
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or len(os.sched_getaffinity(0))
-    print(f"model {args.model}, target {model.target}, {threads} thread(s), "
+    print(f"model {args.model}, target {target_string(parse_target(model.target), brief=True)}, {threads} thread(s), "
           f"{args.repeat} runs after {args.warmup} warm-up, alternating with ONNX Runtime")
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")

@@ -120,9 +120,12 @@ def isa_features(target: tvm.target.Target) -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if has(feature, target))
 
 
-def target_string(target: tvm.target.Target) -> str:
-    """The familiar string form of `target`, for reports and metadata."""
+def target_string(target: tvm.target.Target, brief: bool = False) -> str:
+    """The familiar string form of `target`, for metadata; `brief` leaves out the features
+    turned off (a native target lists dozens), for reports."""
     spec = dict(target.export())
+    if brief:
+        spec["mattr"] = [f for f in spec.get("mattr", []) if not f.startswith("-")]
     words = [str(spec.pop("kind"))]
     for key in ("mcpu", "mtriple", "num-cores", "mattr"):
         value = spec.get(key)

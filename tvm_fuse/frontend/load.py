@@ -10,7 +10,6 @@ from google.protobuf.message import DecodeError
 
 from ..errors import ModelLoadError
 
-ModelSource = "str | os.PathLike | bytes | onnx.ModelProto"
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
