@@ -4,6 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, tiny_model
@@ -33,6 +36,15 @@ def test_signature_reads_like_onnxruntime(dynamic):
 def test_dynamic_batch_matches_onnxruntime(dynamic, batch):
     feed = {"x": _x(batch)}
     assert_close(dynamic.run(None, feed), ort_outputs(tiny_model(), feed))
+
+
+@settings(max_examples=25, deadline=None)
+@given(x=st.integers(1, 33).flatmap(
+    lambda batch: arrays(np.float32, (batch, 4), elements=st.floats(-1e3, 1e3, width=32))))
+def test_any_batch_and_values_match_numpy(dynamic, x):
+    w = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+    (y,) = dynamic.run(None, {"x": x})
+    np.testing.assert_allclose(y, np.maximum(x @ w, 0), rtol=1e-5, atol=1e-3)
 
 
 def test_output_names_select_outputs(dynamic):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 
 import numpy as np
 import onnx
@@ -46,7 +47,9 @@ def export_minilm(encoder=None, seq_len: int = 128) -> onnx.ModelProto:
 
     example = torch.ones(2, seq_len, dtype=torch.int64)
     buffer = io.BytesIO()
-    with torch.no_grad():
+    # The TorchScript exporter warns about tracing transformers' mask code; the graph is right.
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             LastHiddenState(), (example, example), buffer, dynamo=False, opset_version=17,
             input_names=list(INPUTS), output_names=["last_hidden_state"],

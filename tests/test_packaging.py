@@ -1,0 +1,32 @@
+"""The wheel carries what schedules/ and tuning_logs/ hold, inside the package."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_maps_schedules_and_tuning_logs_into_the_package(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT), "-w", str(tmp_path)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("tvm_fuse-*.whl")
+    packaged = set(zipfile.ZipFile(wheel).namelist())
+    for folder in ("schedules", "tuning_logs"):
+        shipped = {
+            f"tvm_fuse/{folder}/{path.relative_to(ROOT / folder).as_posix()}"
+            for path in (ROOT / folder).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        }
+        assert shipped and shipped <= packaged, f"missing from the wheel: {sorted(shipped - packaged)}"
+
+
+def test_installed_package_finds_its_data():
+    import tvm_fuse.schedules
+    import tvm_fuse.tuning_logs
+
+    assert (Path(tvm_fuse.tuning_logs.__file__).parent / "README.md").is_file()
+    assert tvm_fuse.schedules.__doc__
