@@ -1,6 +1,5 @@
 """The real all-MiniLM-L6-v2 encoder, whose export TVM's own importer rejects."""
 
-import numpy as np
 import pytest
 
 import tvm_fuse
