@@ -7,9 +7,11 @@
 
 import os as _os
 
+from .target import host_cores as _host_cores
+
 # TVM sizes its thread pool, on first use, to half the logical CPUs on x86 (it assumes
 # hyper-threading): one thread on a 2-vCPU machine. Default to every CPU we may run on.
-_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))))
+_os.environ.setdefault("TVM_NUM_THREADS", str(_host_cores()))
 
 from ._version import __version__  # noqa: E402
 from .api import build, load

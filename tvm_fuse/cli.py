@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from .benchmark import random_feed
 from .compare import compare
 from .errors import TvmFuseError
 from .frontend.load import load_model
-from .target import parse_target, target_string
+from .target import host_cores, target_string
 
 DEFAULT_MODEL = "resnet50"
 
@@ -61,7 +60,7 @@ def cmd_build(args) -> int:
     model = _build(args)
     output = Path(args.output or Path(args.model).stem + ".so")
     model.export(output)
-    print(f"built {args.model} for {target_string(parse_target(model.target), brief=True)}")
+    print(f"built {args.model} for {target_string(model.target, brief=True)}")
     print(f"wrote {output} and {output.with_suffix('.json')}")
     return 0
 
@@ -97,8 +96,8 @@ def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []))
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
-    threads = args.threads or len(os.sched_getaffinity(0))
-    print(f"model {args.model}, target {target_string(parse_target(model.target), brief=True)}, {threads} thread(s), "
+    threads = args.threads or host_cores()
+    print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
           f"{args.repeat} runs after {args.warmup} warm-up, alternating with ONNX Runtime")
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")

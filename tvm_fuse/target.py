@@ -46,7 +46,8 @@ def host_features() -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if llvm.get(feature))
 
 
-def _host_cores() -> int:
+def host_cores() -> int:
+    """How many CPUs this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -54,7 +55,7 @@ def _native_target() -> dict[str, Any]:
     # The CPU name implies features the OS may keep off (AMX tiles need a kernel opt-in):
     # turn off explicitly what the host does not enable, as -march=native does.
     disabled = sorted(f"-{name}" for name, on in _host_llvm_features().items() if not on)
-    return {"kind": "llvm", "mcpu": host_cpu(), "mattr": disabled, "num-cores": _host_cores()}
+    return {"kind": "llvm", "mcpu": host_cpu(), "mattr": disabled, "num-cores": host_cores()}
 
 
 def _parse_string(text: str) -> dict[str, Any]:
@@ -120,9 +121,11 @@ def isa_features(target: tvm.target.Target) -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if has(feature, target))
 
 
-def target_string(target: tvm.target.Target, brief: bool = False) -> str:
+def target_string(target: tvm.target.Target | str, brief: bool = False) -> str:
     """The familiar string form of `target`, for metadata; `brief` leaves out the features
     turned off (a native target lists dozens), for reports."""
+    if isinstance(target, str):
+        target = parse_target(target)
     spec = dict(target.export())
     if brief:
         spec["mattr"] = [f for f in spec.get("mattr", []) if not f.startswith("-")]

@@ -11,7 +11,6 @@ from google.protobuf.message import DecodeError
 from ..errors import ModelLoadError
 
 
-
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
     model = onnx.ModelProto()
     try:
