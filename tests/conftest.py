@@ -41,6 +41,24 @@ def assert_close(ours: list[np.ndarray], reference: list[np.ndarray], rtol: floa
         np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * scale, err_msg=f"output {index}")
 
 
+# Ops that a conv / fc kernel's epilogue absorbs: none may be left to run on its own.
+POST_OPS = {"Relu", "Clip", "Add", "Sum", "BatchNormalization"}
+
+
+def assert_fully_fused(model, report: dict):
+    """Every Conv is inside a fused kernel, no post-op runs as a kernel of its own, and every
+    ONNX node is accounted for exactly once."""
+    fused = [n for k in report["kernels"] for n in k["onnx_nodes"]]
+    unfused = [u["onnx_node"] for u in report["unfused"]]
+    folded = [f["onnx_node"] for f in report["folded"]]
+    labels = [n.name or f"{n.op_type}#{i}" for i, n in enumerate(model.graph.node)]  # as build() names them
+    assert sorted(fused + unfused + folded) == sorted(labels)
+    convs = {label for label, n in zip(labels, model.graph.node) if n.op_type == "Conv"}
+    assert convs <= set(fused), f"convs outside kernels: {sorted(convs - set(fused))}"
+    left = [u for u in report["unfused"] if u["op_type"] in POST_OPS]
+    assert not left, f"post-ops left unfused: {left}"
+
+
 def random_inputs(shapes: dict[str, tuple], seed: int = 0) -> dict:
     """Standard-normal float inputs of the given shapes."""
     rng = np.random.default_rng(seed)

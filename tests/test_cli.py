@@ -17,7 +17,7 @@ def tvm_fuse_cmd(*args, cwd=None):
     )
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"], ["explain"]])
 def test_help_documents_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main([*command, "--help"])

@@ -149,9 +149,9 @@ def test_export_to_a_missing_directory_fails_cleanly(dynamic, tmp_path):
         dynamic.export(tmp_path / "no" / "such" / "dir.so")
 
 
-def test_assembly_is_x86_with_zmm_registers_for_avx512(dynamic):
+def test_assembly_is_the_x86_text_of_every_kernel(dynamic):
     text = dynamic.assembly()
-    assert "zmm" in text and ".text" in text
+    assert ".text" in text and "__tvm_ffi_dense_relu" in text
 
 
 def test_a_model_compiled_for_features_the_host_lacks_refuses_to_run(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,9 @@ from . import api, models
 from .benchmark import random_feed
 from .compare import compare
 from .errors import TvmFuseError
+from .explain import FusionReport
 from .frontend.load import load_model
+from .patterns.table import FAMILIES
 from .target import host_cores, target_string
 
 DEFAULT_MODEL = "resnet50"
@@ -53,7 +56,8 @@ def _load_onnx(spec: str, batch: int):
 
 def _build(args):
     source = _load_onnx(args.model, args.batch)
-    return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []))
+    return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
+                     disable_fusion=args.disable_fusion)
 
 
 def cmd_build(args) -> int:
@@ -94,7 +98,8 @@ def cmd_run(args) -> int:
 
 def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
-    model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []))
+    model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
+                      disable_fusion=args.disable_fusion)
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
@@ -109,6 +114,16 @@ def cmd_bench(args) -> int:
     print(f"ONNX Runtime / tvm_fuse: {result.speedup:.3f}x (above 1: tvm_fuse is faster)")
     print(f"max abs output difference: {result.max_abs_diff:.3g} "
           f"(relative to the largest output: {result.max_rel_diff:.3g})")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    model = api.load(args.model) if args.model.endswith(".so") else _build(args)
+    report = model.fusion_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(FusionReport.from_json(report).summary())
     return 0
 
 
@@ -129,6 +144,9 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=D1,D2,...",
                          help="static shape for an input with symbolic dims (repeatable)")
         sub.add_argument("--batch", type=int, default=1, help="batch size for the named built models (default 1)")
+        sub.add_argument("--disable-fusion", action="append", metavar="FAMILY",
+                         help=f"leave a fusion family unfused (repeatable): {', '.join(FAMILIES)}, or all; "
+                              "TVM_FUSE_DISABLE_FUSE_<FAMILY>=1 does the same")
         sub.set_defaults(func=func)
         return sub
 
@@ -139,6 +157,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", type=_input_arg, metavar="NAME=FILE.npy",
                      help="an input from a .npy file (repeatable); random inputs if none")
     run.add_argument("--output-dir", type=Path, help="also save each output as NAME.npy here")
+
+    explain = command("explain", cmd_explain, "list the fused kernels and why each other ONNX node was left unfused")
+    explain.add_argument("--json", action="store_true",
+                         help='print JSON: {"kernels": [{"name", "pattern", "onnx_nodes"}], "unfused": '
+                              '[{"onnx_node", "op_type", "reason"}], "folded": [...], "layout_transforms": N}')
 
     bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
     bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")

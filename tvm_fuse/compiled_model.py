@@ -11,6 +11,7 @@ from tvm import relax
 from . import artifact
 from .benchmark import Latency, random_feed, time_runs
 from .errors import TvmFuseError
+from .explain import FusionReport
 from .feed import check_feed, output_indices
 from .frontend.importer import TensorInfo
 from .target import missing_host_features
@@ -32,8 +33,10 @@ class CompiledModel:
     `tvm_fuse.load(path)` reopens without the ONNX file.
     """
 
-    def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features):
+    def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features,
+                 report: FusionReport | None = None):
         self._library = library
+        self._report = report or FusionReport()
         self._inputs: list[TensorInfo] = list(inputs)
         self._outputs: list[TensorInfo] = list(outputs)
         self.target = target
@@ -82,6 +85,12 @@ class CompiledModel:
         return Latency.of(time_runs(lambda: self.run(None, feed), warmup, repeat))
 
     # -- inspection and export -----------------------------------------------------------
+    def fusion_report(self) -> dict:
+        """What fusion did, as JSON-ready data: `kernels` ({name, pattern, onnx_nodes}),
+        `unfused` ({onnx_node, op_type, reason}), `folded` (nodes with no run-time work),
+        `layout_transforms` and `disabled_families`. `tvm-fuse explain` prints it."""
+        return self._report.to_json()
+
     def assembly(self) -> str:
         """The generated x86 assembly of every kernel, as text."""
         module = getattr(self._library, "mod", self._library)  # Executable, or a loaded Module
@@ -103,16 +112,18 @@ class CompiledModel:
             "features": sorted(self.features),
             "inputs": [_info_to_json(i) for i in self._inputs],
             "outputs": [_info_to_json(o) for o in self._outputs],
+            "fusion_report": self._report.to_json(),
         }
 
     @classmethod
-    def from_metadata(cls, library, metadata: dict) -> "CompiledModel":
+    def from_metadata(cls, library, metadata: dict) -> CompiledModel:
         return cls(
             library,
             [_info_from_json(i) for i in metadata["inputs"]],
             [_info_from_json(o) for o in metadata["outputs"]],
             metadata["target"],
             metadata["features"],
+            FusionReport.from_json(metadata["fusion_report"]) if "fusion_report" in metadata else None,
         )
 
     def __repr__(self) -> str:

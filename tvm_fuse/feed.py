@@ -75,7 +75,7 @@ def check_feed(inputs: list[TensorInfo], feed) -> list[np.ndarray]:
                 f"input {info.name!r} indexes a table of {limit} rows, but has values from "
                 f"{value.min()} to {value.max()}; valid values lie in [{-limit}, {limit - 1}]"
             )
-        arrays.append(np.ascontiguousarray(value))
+        arrays.append(np.require(value, requirements="C"))  # ascontiguousarray makes 0-d arrays 1-d
     return arrays
 
 

@@ -1,46 +1,98 @@
 """The compilation pipeline, phase by phase, top to bottom.
 
 Each phase is a function returning named TVM passes, so `PassContext(disabled_pass=[...])`
-can switch any one off. Later phases (fusion, blocked layouts, quantization, tuned schedules)
-slot in between `canonicalize` and `lower`.
+can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `PHASES`, up to the
+fused graph the fusion report reads; `legalize` lowers the other ops to kernels; `finalize`
+turns that into what the VM runs. Later phases (blocked layouts, quantization) slot in
+between `fuse` and `kernels`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+from .transform.apply_schedules import ApplySchedules
+from .transform.dense import CanonicalizeDense
+from .transform.fold_batch_norm import FoldBatchNorm
+from .transform.fuse_patterns import FusePatterns
+from .transform.lower_composites import LowerComposites
+from .transform.order_residual_adds import OrderResidualAdds
+from .transform.record_provenance import RecordProvenance
+from .transform.remove_noops import RemoveNoOps
+from .transform.sum_to_add import SumToAdd
 
-def canonicalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Inference-only forms (batch-norm to arithmetic) and folded constants."""
+
+def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
+    """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
+    one until then), ONNX Sum as adds, no-ops gone, Gemm / MatMul + Add as dense + bias,
+    batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off)."""
+    fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
-        relax.transform.DecomposeOpsForInference(),
+        relax.transform.FoldConstant(),
+        SumToAdd(),
+        RemoveNoOps(),
+        CanonicalizeDense(),
+        FoldBatchNorm(fold_into),
+        relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
     ]
 
 
-def lower(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """Relax ops to TIR kernels, then to what the VM executes: TVM's CPU backend."""
-    return (
-        cpu_generic.library_dispatch_passes(target)
-        + cpu_generic.legalize_passes(target)
-        + cpu_generic.dataflow_lower_passes(target)
-        + cpu_generic.finalize_passes(target)
-    )
+def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
+    """Matches of the fusion table become composite functions, then one kernel each."""
+    return [
+        OrderResidualAdds(),
+        RecordProvenance(),
+        FusePatterns(disabled),
+        LowerComposites(),
+    ]
 
 
-PHASES = (canonicalize, lower)
+def kernels(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
+    """Our kernels scheduled for the target's vector ISA."""
+    return [ApplySchedules(target)]
 
 
-def relax_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """All phases as one pass for `tvm.compile(..., relax_pipeline=...)`."""
-    passes = [p for phase in PHASES for p in phase(target)]
-    sequential = tvm.transform.Sequential(passes, name="tvm_fuse")
+def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
+    ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
+    return cpu_generic.library_dispatch_passes(target) + cpu_generic.legalize_passes(target)
 
-    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.pipeline")
+
+def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """What the VM executes: TVM's CPU backend (memory planning, VM calls)."""
+    return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+
+
+PHASES = (canonicalize, fuse, kernels)
+
+
+def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.Target) -> tvm.transform.Pass:
+    sequential = tvm.transform.Sequential(passes, name=name)
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
     def run_in_target(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         with target:  # legalization reads the target from the context
             return sequential(mod)
 
     return run_in_target
+
+
+def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = ()) -> tvm.IRModule:
+    """Run every phase of `PHASES`: the fused, scheduled graph the fusion report reads."""
+    passes = [p for phase in PHASES for p in phase(target, disabled)]
+    return _in_target("tvm_fuse.optimize", passes, target)(mod)
+
+
+def lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """`mod` after `legalize`: one call per kernel run."""
+    return _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
+
+
+def finalizing_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """`finalize` as one pass for `tvm.compile(lowered(mod), relax_pipeline=...)`."""
+    return _in_target("tvm_fuse.finalize", finalize(target), target)

@@ -4,7 +4,13 @@ with the batch compiled as a dynamic dim and as a static one."""
 import pytest
 
 import tvm_fuse
-from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, random_inputs
+from tests.conftest import (
+    AVX512_TARGET,
+    assert_close,
+    assert_fully_fused,
+    ort_outputs,
+    random_inputs,
+)
 from tvm_fuse.models.built import mobilenet_v2, resnet18, transformer_encoder
 
 pytestmark = [pytest.mark.avx512, pytest.mark.slow]
@@ -17,6 +23,7 @@ def test_cnn_with_dynamic_batch_matches_onnxruntime(build_model):
     model = build_model()
     compiled = tvm_fuse.build(model, AVX512_TARGET)
     assert compiled.get_inputs()[0].shape == ("batch", *IMAGE)
+    assert_fully_fused(model, compiled.fusion_report())
     for batch in (1, 2):
         feed = random_inputs({"input": (batch, *IMAGE)}, seed=batch)
         assert_close(compiled.run(None, feed), ort_outputs(model, feed))

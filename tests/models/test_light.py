@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tvm_fuse
-from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tests.conftest import AVX512_TARGET, assert_close, assert_fully_fused, ort_outputs
 from tvm_fuse.models.light import LIGHT_MODELS, light_model
 
 pytestmark = [pytest.mark.avx512, pytest.mark.slow]
@@ -17,6 +17,8 @@ def test_light_model_matches_onnxruntime(name):
     (data,) = compiled.get_inputs()
     feed = {data.name: np.random.default_rng(1).standard_normal(data.shape).astype(np.float32)}
     assert_close(compiled.run(None, feed), ort_outputs(model, feed))
+    if name in ("resnet50", "inception_v1"):
+        assert_fully_fused(model, compiled.fusion_report())
 
 
 @pytest.mark.parametrize("name", ["resnet50", "inception_v2", "vgg19"])

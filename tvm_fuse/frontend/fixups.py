@@ -95,13 +95,14 @@ def range_over_dim_to_cumsum(model: onnx.ModelProto) -> onnx.ModelProto:
         out = node.output[0]
         dtype = helper.np_dtype_to_tensor_dtype(constants[node.input[0]].dtype)
         return [
-            helper.make_node("Shape", [x], [f"{out}/dim"], name=f"{node.name}/dim", start=axis, end=axis + 1),
-            helper.make_node("ConstantOfShape", [f"{out}/dim"], [f"{out}/ones"], name=f"{node.name}/ones",
-                             value=numpy_helper.from_array(np.ones(1, np.int64))),
-            helper.make_node("Constant", [], [f"{out}/axis"], name=f"{node.name}/axis",
-                             value=numpy_helper.from_array(np.array(0, np.int64))),
-            helper.make_node("CumSum", [f"{out}/ones", f"{out}/axis"], [f"{out}/count"],
-                             name=f"{node.name}/cumsum", exclusive=1),
+            _part_of(node, helper.make_node("Shape", [x], [f"{out}/dim"], name=f"{node.name}/dim",
+                                            start=axis, end=axis + 1)),
+            _part_of(node, helper.make_node("ConstantOfShape", [f"{out}/dim"], [f"{out}/ones"], name=f"{node.name}/ones",
+                                            value=numpy_helper.from_array(np.ones(1, np.int64)))),
+            _part_of(node, helper.make_node("Constant", [], [f"{out}/axis"], name=f"{node.name}/axis",
+                                            value=numpy_helper.from_array(np.array(0, np.int64)))),
+            _part_of(node, helper.make_node("CumSum", [f"{out}/ones", f"{out}/axis"], [f"{out}/count"],
+                                            name=f"{node.name}/cumsum", exclusive=1)),
             helper.make_node("Cast", [f"{out}/count"], [out], name=node.name, to=dtype),
         ]
 
@@ -132,6 +133,20 @@ FIXUPS = (
         "carries x's own dim through.",
     ),
 )
+
+
+_PART_OF = "tvm_fuse fix-up, part of node "
+
+
+def _part_of(original: onnx.NodeProto, part: onnx.NodeProto) -> onnx.NodeProto:
+    """Mark `part`, a node a fix-up added, as standing for the user's node `original`."""
+    part.doc_string = _PART_OF + original.name
+    return part
+
+
+def user_node_name(node: onnx.NodeProto) -> str:
+    """The name of the user's node that `node` is (or is part of, after a fix-up)."""
+    return node.doc_string.removeprefix(_PART_OF) if node.doc_string.startswith(_PART_OF) else node.name
 
 
 def apply_fixups(model: onnx.ModelProto) -> onnx.ModelProto:

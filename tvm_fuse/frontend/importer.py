@@ -17,7 +17,9 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
+from .. import provenance
 from ..errors import CompileError, InputError
+from .converters import CONVERTERS
 from .support import check_supported, default_opset
 
 
@@ -99,24 +101,86 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     return fixed
 
 
+class _NodeBuilder:
+    """The importer's block builder while one ONNX node converts: every binding it emits,
+    nested calls included, is named after the node (see `provenance`)."""
+
+    def __init__(self, builder: relax.BlockBuilder, name: str):
+        self._builder = builder
+        self._name = name
+        self._emitted: dict = {}  # nested call -> its variable: converters share sub-expressions
+
+    def __getattr__(self, attr):
+        return getattr(self._builder, attr)
+
+    def emit(self, expr, name_hint=""):
+        return self._builder.emit(self.bind_nested(expr), self._name)
+
+    def normalize(self, expr):
+        return self._builder.normalize(self.bind_nested(expr))
+
+    def bind_nested(self, expr):
+        """`expr` with its unbound nested calls emitted under the node's name, innermost first
+        (the builder would otherwise emit them itself, unnamed)."""
+        if isinstance(expr, relax.Call):
+            args = [self._bound(arg) for arg in expr.args]
+            return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)
+        if isinstance(expr, relax.Tuple):
+            return relax.Tuple([self._bound(field) for field in expr.fields])
+        if isinstance(expr, relax.TupleGetItem):
+            return relax.TupleGetItem(self._bound(expr.tuple_value), expr.index)
+        return expr
+
+    def _bound(self, expr):
+        if not isinstance(expr, relax.Call | relax.TupleGetItem):
+            return self.bind_nested(expr)
+        if expr not in self._emitted:
+            self._emitted[expr] = self._builder.emit(self.bind_nested(expr), self._name)
+        return self._emitted[expr]
+
+
 class _NamingImporter(ONNXGraphImporter):
-    """TVM's importer, but a failing conversion names its ONNX node."""
+    """TVM's importer, but bindings carry their ONNX node and a failing conversion names it."""
+
+    def __init__(self, graph: onnx.GraphProto, **kwargs):
+        super().__init__(**kwargs)
+        self._node_indices = {tuple(node.output): i for i, node in enumerate(graph.node)}
+        self._current_node: int | None = None
+
+    def _parse_value_proto(self, value_proto):
+        if isinstance(value_proto, onnx.NodeProto):  # called once per node, just before converting it
+            self._current_node = self._node_indices.get(tuple(value_proto.output))
+        return super()._parse_value_proto(value_proto)
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
+        builder = self.bb
+        if self._current_node is not None:
+            self.bb = _NodeBuilder(builder, provenance.tag(self._current_node))
         try:
-            return super()._convert_operator(op_name, inputs, attrs, opset)
+            ours = CONVERTERS.get(op_name)
+            converted = ours(inputs, attrs, opset) if ours else None
+            if converted is None:
+                converted = super()._convert_operator(op_name, inputs, attrs, opset)
+            if isinstance(self.bb, _NodeBuilder) and isinstance(converted, relax.Call):
+                converted = self.bb.emit(converted)
+                if isinstance(converted.ty, relax.TupleType):  # unpack here, so the items are named too
+                    fields = range(len(converted.ty.fields))
+                    converted = relax.Tuple([self.bb.emit(relax.TupleGetItem(converted, i)) for i in fields])
+            return converted
         except Exception as error:
             node = attrs.get("tvm_custom", {}).get("name", "?")
             raise CompileError(
                 f"cannot import ONNX node {node!r} (op {op_name}, opset {opset}): "
                 f"{type(error).__name__}: {error}"
             ) from error
+        finally:
+            self.bb = builder
 
 
 def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
     """Relax module for `model`, with the weights as constants."""
     check_supported(model)
-    importer = _NamingImporter(shape_dict=None, dtype_dict="float32", keep_params_in_input=False)
+    importer = _NamingImporter(model.graph, shape_dict=None, dtype_dict="float32", keep_params_in_input=False)
     try:
         # The importer prints a failing node's inputs; the CompileError says what matters.
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():

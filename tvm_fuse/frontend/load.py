@@ -59,4 +59,16 @@ def load_model(source) -> onnx.ModelProto:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as error:
         raise ModelLoadError(f"{where} is not a valid ONNX model: {error}") from None
-    return model
+    return _named(model)
+
+
+def _named(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model`, or a copy whose unnamed nodes are named `OpType#index` (their place in the
+    graph), so reports and errors can name every node the user gave."""
+    if all(node.name for node in model.graph.node):
+        return model
+    named = onnx.ModelProto()
+    named.CopyFrom(model)
+    for index, node in enumerate(named.graph.node):
+        node.name = node.name or f"{node.op_type}#{index}"
+    return named

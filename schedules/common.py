@@ -1,0 +1,44 @@
+"""Steps shared by the schedules: find the anchor, inline the epilogue, pick split factors."""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from ..compute import SCHEDULE_RULE
+
+
+def anchor_block(sch: s_tir.Schedule):
+    """(block, rule) of the block tagged with a schedule rule, or None."""
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        rule = sch.get(block).annotations.get(SCHEDULE_RULE)
+        if rule is not None:
+            return block, str(rule)
+    return None
+
+
+def inline_epilogue(sch: s_tir.Schedule, anchor) -> object | None:
+    """Inline the elementwise stages after `anchor` into the last one; return that last
+    stage (None if the anchor writes the output itself)."""
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(anchor)))
+    stages = blocks[position + 1:]  # elementwise, in order; the last writes the output
+    for stage in stages[:-1]:
+        sch.compute_inline(stage)
+    return stages[-1] if stages else None
+
+
+def divisor(extent, choices) -> int:
+    """The first of `choices` that divides `extent` (1 for a symbolic extent)."""
+    value = getattr(extent, "value", extent)
+    if not isinstance(value, int):
+        return 1
+    return next((c for c in choices if value % c == 0), 1)
+
+
+def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Split the block's innermost loop by the widest of lanes, lanes/2, ... that divides it."""
+    loop = sch.get_loops(block)[-1]
+    factor = divisor(sch.get(loop).extent, [lanes >> s for s in range(lanes.bit_length())])
+    if factor > 1:
+        _, inner = sch.split(loop, [None, factor])
+        sch.vectorize(inner)

@@ -1,0 +1,45 @@
+"""Matrix products (`tvm_fuse.compute.matmul.matmul`): a tile of rows x one vector of columns
+accumulated in registers over the whole reduction, tiles in parallel, the fused epilogue
+applied per tile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from .common import divisor, inline_epilogue, vectorize_innermost
+
+
+@dataclass(frozen=True)
+class MatmulKnobs:
+    column_vector: int  # output columns per vector
+    row_tile: int  # output rows accumulated together
+
+
+def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
+    *_, rows, columns, _ = sch.get_loops(block)
+    width = divisor(sch.get(columns).extent, [lanes >> s for s in range(lanes.bit_length())])
+    return MatmulKnobs(width, divisor(sch.get(rows).extent, [4, 2]))
+
+
+def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:
+    knobs = knobs or default_knobs(sch, block, lanes)
+    epilogue = inline_epilogue(sch, block)
+    *lead, rows, columns, reduction = sch.get_loops(block)
+    rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
+    columns_out, columns_in = sch.split(columns, [None, knobs.column_vector])
+    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, columns_in)
+    outer = sch.fuse(*lead, rows_out, columns_out)
+    sch.parallel(outer)
+    sch.unroll(rows_in)
+    vector = knobs.column_vector > 1  # a single column leaves nothing to vectorize
+    if vector:
+        sch.vectorize(columns_in)
+    init = sch.decompose_reduction(block, reduction)
+    if vector:
+        vectorize_innermost(sch, init, lanes)
+    if epilogue is not None:
+        sch.reverse_compute_at(epilogue, outer)
+        if vector:
+            vectorize_innermost(sch, epilogue, lanes)

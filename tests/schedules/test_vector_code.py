@@ -1,0 +1,48 @@
+"""The schedules emit the target's widest FMA vectors: zmm for AVX-512, ymm for AVX2. These tests
+only compile and read the assembly, so they run on any host."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import AVX512_TARGET
+
+
+def _model(kind: str):
+    rng = np.random.default_rng(0)
+    if kind == "conv":
+        weight = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w")
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])]
+        x, y = [1, 16, 32, 32], [1, 32, 32, 32]
+    else:
+        weight = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["c"], name="dense")]
+        x, y = [4, 64], [4, 64]
+    nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _fma_registers(text: str) -> set[str]:
+    """The register classes FMA instructions use: xmm, ymm or zmm."""
+    return {kind for line in text.splitlines() if "vfmadd" in line for kind in re.findall(r"%([xyz]mm)\d", line)}
+
+
+@pytest.mark.parametrize("kind", ["conv", "dense"])
+def test_avx512_kernels_use_zmm_fmas(kind):
+    assert "zmm" in _fma_registers(tvm_fuse.build(_model(kind), AVX512_TARGET).assembly())
+
+
+@pytest.mark.parametrize("kind", ["conv", "dense"])
+def test_avx2_kernels_use_ymm_fmas_and_no_zmm(kind):
+    text = tvm_fuse.build(_model(kind), "llvm -mcpu=haswell").assembly()
+    assert "ymm" in _fma_registers(text)
+    assert "zmm" not in text

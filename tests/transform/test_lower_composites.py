@@ -1,0 +1,57 @@
+"""Each composite becomes one opaque kernel that computes exactly what the unfused ops did."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from tests.patterns.chains import chain
+from tvm_fuse import provenance
+from tvm_fuse.patterns.table import PATTERN_ATTR
+from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
+from tvm_fuse.target import parse_target
+from tvm_fuse.transform.fuse_patterns import FusePatterns
+from tvm_fuse.transform.lower_composites import LowerComposites
+from tvm_fuse.transform.record_provenance import RecordProvenance
+
+CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def kernel_calls(mod):
+    return [b.value for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.same_as(CALL_TIR)]
+
+
+def test_a_composite_becomes_one_opaque_kernel_that_records_its_nodes():
+    steps = ["bias", "relu", "sum", "relu"]
+    lowered = LowerComposites()(FusePatterns()(RecordProvenance()(chain("conv2d", steps))))
+    (call,) = kernel_calls(lowered)
+    kernel = lowered[call.args[0]]
+    assert str(kernel.attrs[PATTERN_ATTR]) == "conv2d+bias+relu+sum+relu"
+    assert int(kernel.attrs["op_pattern"]) == 8  # opaque: generic fusion adds nothing to it
+    assert provenance.span_nodes(call) == list(range(len(steps) + 1))
+    assert not any(isinstance(f, relax.Function) and "Composite" in (f.attrs or {})
+                   for _, f in lowered.functions_items())
+
+
+def _run(mod, target, inputs):
+    executable = tvm.compile(lowered(mod, target), target=target, relax_pipeline=finalizing_pipeline(target))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    return out.numpy()
+
+
+@pytest.mark.parametrize("anchor", ["conv2d", "depthwise_conv2d", "group_conv2d", "conv1d", "dense", "batch_matmul"])
+@pytest.mark.parametrize("steps", [[], ["bias", "bn", "gelu", "sum", "relu"], ["bias", "softplus", "sum", "hardswish"]])
+def test_the_fused_kernel_computes_what_the_ops_did(anchor, steps):
+    mod = chain(anchor, steps)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal([int(d) for d in p.ty.shape]).astype("float32") for p in mod["main"].params]
+    target = parse_target("llvm")
+    reference = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())["main"](
+        *[tvm.runtime.tensor(a) for a in inputs]).numpy()
+    fused = optimize(mod, target)
+    assert len(kernel_calls(fused)) == 1
+    np.testing.assert_allclose(_run(fused, target, inputs), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())

@@ -1,0 +1,69 @@
+"""Post-ops of a fused pattern as tensor expressions: one entry per Relax op a pattern may
+contain after its anchor. Binary ops broadcast as numpy does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tvm import te, topi
+
+
+def _scalar(value) -> float:
+    return float(value.value) if hasattr(value, "value") else float(value)
+
+
+# Relax op name -> builder(operands as te.Tensors or PrimValues, the call's attrs) -> te.Tensor.
+ELEMENTWISE: dict[str, Callable] = {
+    "relax.add": lambda a, attrs: topi.add(*a),
+    "relax.subtract": lambda a, attrs: topi.subtract(*a),
+    "relax.multiply": lambda a, attrs: topi.multiply(*a),
+    "relax.divide": lambda a, attrs: topi.divide(*a),
+    "relax.maximum": lambda a, attrs: topi.maximum(*a),
+    "relax.minimum": lambda a, attrs: topi.minimum(*a),
+    "relax.power": lambda a, attrs: topi.power(*a),
+    "relax.negative": lambda a, attrs: topi.negative(*a),
+    "relax.abs": lambda a, attrs: topi.abs(*a),
+    "relax.exp": lambda a, attrs: topi.exp(*a),
+    "relax.log": lambda a, attrs: topi.log(*a),
+    "relax.erf": lambda a, attrs: topi.erf(*a),
+    "relax.tanh": lambda a, attrs: topi.tanh(*a),
+    "relax.sigmoid": lambda a, attrs: topi.sigmoid(*a),
+    "relax.nn.relu": lambda a, attrs: topi.nn.relu(*a),
+    "relax.nn.leakyrelu": lambda a, attrs: topi.nn.leaky_relu(a[0], float(attrs.alpha)),
+    "relax.nn.silu": lambda a, attrs: topi.multiply(a[0], topi.sigmoid(a[0])),
+    "relax.nn.gelu": lambda a, attrs: _gelu(a[0]),
+    "relax.nn.gelu_tanh": lambda a, attrs: _gelu_tanh(a[0]),
+    "relax.nn.softplus": lambda a, attrs: _softplus(a[0], float(attrs.beta), float(attrs.threshold)),
+    "relax.clip": lambda a, attrs: topi.clip(a[0], _scalar(a[1]), _scalar(a[2])),
+}
+
+
+def _gelu(x: te.Tensor) -> te.Tensor:
+    """x * (1 + erf(x / sqrt(2))) / 2."""
+    return te.compute(x.shape, lambda *i: x(*i) * (0.5 + 0.5 * te.erf(x(*i) * 0.7071067811865476)), name="gelu")
+
+
+def _gelu_tanh(x: te.Tensor) -> te.Tensor:
+    """x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2."""
+
+    def value(*i):
+        v = x(*i)
+        return 0.5 * v * (1.0 + te.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+
+    return te.compute(x.shape, value, name="gelu_tanh")
+
+
+def _softplus(x: te.Tensor, beta: float, threshold: float) -> te.Tensor:
+    """log(1 + exp(beta x)) / beta, or x itself where beta x > threshold (exp would overflow)."""
+
+    def value(*i):
+        v = x(*i)
+        soft = te.log(1.0 + te.exp(beta * v)) / beta
+        return te.if_then_else(beta * v > threshold, v, soft)
+
+    return te.compute(x.shape, value, name="softplus")
+
+
+def apply(op_name: str, operands: list, attrs):
+    """The post-op `op_name` on `operands`; KeyError if no pattern may contain it."""
+    return ELEMENTWISE[op_name](operands, attrs)

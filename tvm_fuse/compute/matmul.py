@@ -1,0 +1,44 @@
+"""Matrix products with constant weights: dense `x[..., K] @ W[K, N]` and batched
+`x[..., M, K] @ W[..., K, N]`, leading dims broadcast as in numpy."""
+
+from __future__ import annotations
+
+from tvm import te
+
+from . import SCHEDULE_RULE
+
+MATMUL_RULE = "tvm_fuse.matmul"
+
+
+def matmul(x: te.Tensor, weight: te.Tensor) -> te.Tensor:
+    """numpy's `x @ weight`, both of rank >= 2."""
+    lead = max(len(x.shape), len(weight.shape)) - 2
+    out_lead = [
+        _lead_dim(x, a, lead) if not _is_one(_lead_dim(x, a, lead)) else _lead_dim(weight, a, lead)
+        for a in range(lead)
+    ]
+    k = te.reduce_axis((0, x.shape[-1]), name="k")
+
+    def value(*idx):
+        batch, m, n = idx[:lead], idx[lead], idx[lead + 1]
+        return te.sum(x[(*_broadcast(x, batch), m, k)] * weight[(*_broadcast(weight, batch), k, n)], axis=k)
+
+    shape = (*out_lead, x.shape[-2], weight.shape[-1])
+    return te.compute(shape, value, name="matmul", attrs={SCHEDULE_RULE: MATMUL_RULE})
+
+
+def _lead_dim(tensor: te.Tensor, axis: int, lead: int):
+    """Dim `axis` of the output's leading dims as `tensor` sees it (1 where it has none)."""
+    offset = lead - (len(tensor.shape) - 2)
+    return tensor.shape[axis - offset] if axis >= offset else 1
+
+
+def _broadcast(tensor: te.Tensor, batch) -> list:
+    """`tensor`'s leading indices for output batch index `batch` (size-1 dims read index 0)."""
+    dims = tensor.shape[:-2]
+    offset = len(batch) - len(dims)
+    return [0 if _is_one(d) else batch[offset + a] for a, d in enumerate(dims)]
+
+
+def _is_one(dim) -> bool:
+    return (isinstance(dim, int) and dim == 1) or getattr(dim, "value", None) == 1

@@ -1,0 +1,220 @@
+"""The fusion report: which kernels the fused graph runs, which ONNX nodes each covers, and
+why every other node was left unfused or needs no kernel at all.
+
+It reads the graph `pipeline.optimize` returns: our kernels carry their pattern as an
+attribute and their ONNX nodes in the span of each call (`LowerComposites`); every other
+binding still carries its node in its name (`provenance`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import onnx
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from . import provenance
+from .compute import epilogue
+from .frontend.fixups import user_node_name
+from .patterns.switches import env_variable
+from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
+
+_ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}
+
+
+@dataclass
+class FusionReport:
+    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes"}
+    unfused: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}
+    folded: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}: no kernel at run time
+    layout_transforms: int = 0
+    kernel_calls: int = 0  # every kernel a run calls, fused or not
+    disabled_families: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> FusionReport:
+        return cls(**data)
+
+    def summary(self) -> str:
+        """A few lines for people: kernels by pattern, then every unfused node and why."""
+        counts = Counter(k["pattern"] for k in self.kernels)
+        lines = [f"{self.kernel_calls} kernel calls per run, {len(self.kernels)} of them fused kernels:"]
+        lines += [f"  {n:4d} x {pattern}" for pattern, n in counts.most_common()]
+        lines.append(f"{len(self.unfused)} ONNX nodes left unfused:")
+        lines += [f"  {u['onnx_node']} ({u['op_type']}): {u['reason']}" for u in self.unfused]
+        lines.append(f"{len(self.folded)} ONNX nodes computed at build time or removed")
+        lines.append(f"{self.layout_transforms} layout transforms")
+        if self.disabled_families:
+            lines.append(f"disabled fusion families: {', '.join(self.disabled_families)}")
+        return "\n".join(lines)
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    """The user's name of a node (every node is named on load; fix-ups' parts map back)."""
+    return user_node_name(node) or f"{node.op_type}#{index}"
+
+
+def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> FusionReport:
+    """The report for `mod` (from `pipeline.optimize`) of `model` (as imported). A fix-up's
+    replacement nodes are reported once, under the name of the node they replace. A node split
+    by a disabled family (a Conv whose bias add is left out) is in a kernel and in `unfused`."""
+    nodes = list(model.graph.node)
+    labels = [node_label(node, i) for i, node in enumerate(nodes)]
+    main = mod["main"]
+    bindings = [b for block in main.body.blocks for b in block.bindings]
+    uses = _uses(main, bindings)
+    producers = {b.var: b.value for b in bindings}
+    report = FusionReport(disabled_families=sorted(disabled))
+    covered: set[str] = set()
+    for binding in bindings:
+        kernel = _kernel(mod, binding.value)
+        if kernel is not None:
+            name, func = kernel
+            kernel_labels = list(dict.fromkeys(labels[i] for i in provenance.span_nodes(binding.value)))
+            covered.update(kernel_labels)
+            report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels})
+        elif isinstance(binding.value, relax.Call) and binding.value.op.name == "relax.layout_transform":
+            report.layout_transforms += 1
+    calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
+    for binding in bindings:
+        index = provenance.node_index(binding.var)
+        if index is not None and _runs(binding.value) and _kernel(mod, binding.value) is None:
+            calls.setdefault(labels[index], []).append(binding.value)
+    op_types = {label: node.op_type for label, node in zip(reversed(labels), reversed(nodes))}  # first wins
+    for label, node_calls in calls.items():
+        outside = [c.op.name for c in node_calls if c.op.name not in epilogue.ELEMENTWISE]
+        if outside and outside[0] not in _ANCHOR_OPS:
+            short = outside[0].removeprefix("relax.")
+            reason = f"no pattern of the table contains {op_types[label]} ({short}); it runs as its own kernel"
+        else:
+            reason = _reason(mod, node_calls[0], nodes, producers, uses, disabled)
+        report.unfused.append({"onnx_node": label, "op_type": op_types[label], "reason": reason})
+    for label in dict.fromkeys(labels):
+        if label not in covered and label not in calls:
+            report.folded.append({"onnx_node": label, "op_type": op_types[label],
+                                  "reason": "no run-time work: computed at build time, or removed as a no-op"})
+    return report
+
+
+def count_kernel_calls(mod: tvm.IRModule) -> int:
+    """Kernel calls in `main` of a legalized module (`pipeline.lowered`)."""
+    calls = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
+    return sum(1 for block in mod["main"].body.blocks for b in block.bindings
+               if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op) and b.value.op.name in calls)
+
+
+def _runs(value) -> bool:
+    """Whether a binding does work at run time (tuple plumbing and aliases do not)."""
+    return isinstance(value, relax.Call)
+
+
+def _kernel(mod: tvm.IRModule, value):
+    """(name, PrimFunc) if `value` calls one of our fused kernels."""
+    if not (isinstance(value, relax.Call) and value.op.same_as(tvm.ir.Op.get("relax.call_tir"))):
+        return None
+    gvar = value.args[0]
+    func = mod[gvar]
+    if isinstance(func, tvm.tirx.PrimFunc) and PATTERN_ATTR in (func.attrs or {}):
+        return gvar.name_hint, func
+    return None
+
+
+def _uses(main: relax.Function, bindings) -> Counter:
+    counts: Counter = Counter()
+
+    def count(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] += 1
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                count(arg)
+        elif isinstance(expr, relax.Tuple):
+            for field_ in expr.fields:
+                count(field_)
+        elif isinstance(expr, relax.TupleGetItem):
+            count(expr.tuple_value)
+
+    for binding in bindings:
+        count(binding.value)
+    count(main.body.body)
+    return counts
+
+
+def _reason(mod, value: relax.Call, nodes, producers, uses, disabled) -> str:
+    op = value.op.name if isinstance(value.op, tvm.ir.Op) else str(value.op)
+    if op in _ANCHOR_OPS:
+        if not isinstance(value.args[1], GenericConst):
+            return "weights are not constant (computed at run time), so they cannot be packed at build time"
+        if all(anchor.kind(value) is None for anchor in ANCHORS if anchor.family == _ANCHOR_OPS[op]):
+            return "not a float32 NCHW / OIHW (or NCW / OIW) operation, which the kernels support"
+        return "the conv / fc kernel could not be formed"
+    short = op.removeprefix("relax.")
+    for arg in value.args:
+        producer = producers.get(arg)
+        kernel = _kernel(mod, producer) if producer is not None else None
+        if kernel is None:
+            continue
+        name, func = kernel
+        last = max(provenance.span_nodes(producer))
+        producer_op = nodes[last].op_type
+        if uses[arg] > 1:
+            return f"its input, the output of {producer_op} '{node_label(nodes[last], last)}', has {uses[arg]} consumers"
+        family = _family(func, value)
+        if family in disabled:
+            return f"fusion family '{family}' is disabled (disable_fusion or {env_variable(family)})"
+        if op == "relax.add" and not operands_fit(value, arg.ty.shape, {arg}):
+            other = [a for a in value.args if not a.same_as(arg)]
+            shapes = [list(a.ty.shape) for a in other if a.ty.shape is not None]
+            return (f"the other operand {shapes} would broadcast the kernel's output {list(arg.ty.shape)} "
+                    "to a larger tensor, so the add is not a sum post-op")
+        return (f"the table has no post-op slot for {short} after "
+                f"{func.attrs[PATTERN_ATTR]!s} (kernel '{name}')")
+    upstream = _upstream_kernel(mod, value, producers)
+    if upstream is not None:
+        family = _family(upstream[1], value)
+        if family in disabled:
+            return f"fusion family '{family}' is disabled (disable_fusion or {env_variable(family)})"
+    sources = []
+    for arg in value.args:
+        index = provenance.node_index(arg) if isinstance(arg, relax.Var) else None
+        if index is not None:
+            sources.append(f"{nodes[index].op_type} '{node_label(nodes[index], index)}'")
+        elif isinstance(arg, relax.Var) and arg not in producers:
+            sources.append(f"graph input '{arg.name}'")
+    origin = f" (its input comes from {', '.join(sources)})" if sources else ""
+    return f"{short} could be a post-op, but not after a conv / fc kernel{origin}"
+
+
+def _upstream_kernel(mod, value: relax.Call, producers: dict, depth: int = 8):
+    """The fused kernel `value` follows through a run of unfused post-ops, if any."""
+    for _ in range(depth):
+        inputs = [a for a in value.args if isinstance(a, relax.Var) and a in producers]
+        if not inputs:
+            return None
+        producer = producers[inputs[0]]
+        kernel = _kernel(mod, producer)
+        if kernel is not None:
+            return kernel
+        if not (isinstance(producer, relax.Call) and isinstance(producer.op, tvm.ir.Op)
+                and producer.op.name in epilogue.ELEMENTWISE):
+            return None
+        value = producer
+    return None
+
+
+def _family(func, value: relax.Call) -> str:
+    """The family that would have absorbed `value` into kernel `func`."""
+    steps = str(func.attrs[PATTERN_ATTR]).split("+")
+    anchor = str(func.attrs[ANCHOR_ATTR])
+    if value.op.name == "relax.add":
+        constant = any(isinstance(a, GenericConst) for a in value.args)
+        return f"{anchor}_{'bias' if constant else 'sum'}"
+    if value.op.name == "relax.multiply":
+        return f"{anchor}_bn"
+    return f"{anchor}_{'sum' if 'sum' in steps else 'relu'}"

@@ -1,0 +1,212 @@
+"""The fusion table: an anchor (conv or fc) followed by optional post-ops in oneDNN's order,
+
+    anchor -> [bias] -> [bn: per-channel scale/shift] -> [activation] -> [sum] -> [activation]
+
+where `sum` is the residual add (`dst = dst + op(...)`). Every match becomes one composite
+function and, later, one kernel whose epilogue applies the chain. Each (anchor, slot) pair is a
+*family* that can be switched off (`switches`), e.g. `conv_relu` or `fc_sum`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+from tvm.relax.dpl import CallPattern, DFPattern, OrPattern, is_const, is_op, wildcard
+from tvm.relax.transform import FusionPattern, PatternCheckContext
+
+from .. import provenance
+from .activations import ACTIVATIONS
+
+PATTERN_ATTR = "tvm_fuse.pattern"  # composite attribute: the chain that matched, e.g. conv2d+bias+relu
+ANCHOR_ATTR = "tvm_fuse.anchor"  # composite attribute: the anchor's family, conv or fc
+NODES_ATTR = "tvm_fuse.onnx_nodes"  # composite attribute: its ONNX nodes, e.g. "3,4,5"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The op a kernel is built around; its weights must be constant (packed at build time)."""
+
+    family: str  # switch prefix: conv, fc
+    pattern: Callable[[], DFPattern]
+    kind: Callable[[relax.Call], str | None]  # the matched call -> its name in reports, None to refuse
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An optional post-op position in the chain."""
+
+    name: str
+    family: str  # switch suffix: the family is f"{anchor.family}_{slot.family}"
+    extend: Callable[[DFPattern, dict], DFPattern]  # chain so far, annotations -> chain with the op
+    after: str | None = None  # only directly after this slot
+
+
+_CONV_LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}  # rank -> what the computes take
+
+
+def _conv_kind(call: relax.Call) -> str | None:
+    attrs, (data, weight) = call.attrs, call.args
+    rank = len(weight.ty.shape) - 2
+    if (attrs.data_layout, attrs.kernel_layout) != _CONV_LAYOUTS.get(rank):
+        return None
+    if attrs.out_layout != attrs.data_layout or not _float32(data, weight, call):
+        return None
+    name = f"conv{rank}d"
+    channels = data.ty.shape[1]
+    if attrs.groups == 1:
+        return name
+    if _same(channels, attrs.groups) and int(weight.ty.shape[1]) == 1:
+        return f"depthwise_{name}"
+    return f"group_{name}"
+
+
+def _fc_kind(call: relax.Call) -> str | None:
+    x, weight = call.args
+    if x.ty.ndim < 2 or not _float32(x, weight, call):
+        return None
+    return "dense" if weight.ty.ndim == 2 else "batch_matmul"
+
+
+ANCHORS = (
+    Anchor("conv", lambda: is_op("relax.nn.conv2d")(wildcard(), is_const())
+           | is_op("relax.nn.conv1d")(wildcard(), is_const()), _conv_kind),
+    Anchor("fc", lambda: is_op("relax.matmul")(wildcard(), is_const()), _fc_kind),
+)
+
+
+def _annotate(annotations: dict, name: str, pattern: DFPattern) -> DFPattern:
+    annotations[name] = pattern
+    return pattern
+
+
+def _add(chain, operand):
+    return is_op("relax.add")(chain, operand) | is_op("relax.add")(operand, chain)
+
+
+def _activation(slot: str):
+    def extend(chain: DFPattern, annotations: dict) -> DFPattern:
+        choices = [_annotate(annotations, f"{slot}.{a.name}", a.pattern(chain)) for a in ACTIVATIONS]
+        alternatives = choices[0]
+        for choice in choices[1:]:
+            alternatives = alternatives | choice
+        return alternatives
+
+    return extend
+
+
+SLOTS = (
+    Slot("bias", "bias", lambda chain, ann: _annotate(ann, "bias", _add(chain, is_const()))),
+    Slot("bn", "bn", lambda chain, ann: _annotate(
+        ann, "bn", is_op("relax.add")(is_op("relax.multiply")(chain, is_const()), is_const()))),
+    Slot("activation", "relu", _activation("activation")),  # MXNet's CONV_RELU, any activation
+    Slot("sum", "sum", lambda chain, ann: _annotate(ann, "sum", _add(chain, wildcard()))),
+    Slot("sum_activation", "sum", _activation("sum_activation"), after="sum"),
+)
+
+FAMILIES = tuple(f"{a.family}_{f}" for a in ANCHORS for f in dict.fromkeys(s.family for s in SLOTS))
+
+
+def fusion_patterns(disabled: Collection[str] = ()) -> list[FusionPattern]:
+    """One `FusionPattern` per anchor; each enabled slot is optional (matched when present)."""
+    patterns = []
+    for anchor in ANCHORS:
+        annotations: dict[str, DFPattern] = {}
+        chain = _annotate(annotations, "anchor", anchor.pattern())
+        ends: dict[str, DFPattern] = {}  # slot -> chains ending in it
+        for slot in SLOTS:
+            if f"{anchor.family}_{slot.family}" in disabled or (slot.after and slot.after not in ends):
+                continue
+            base = ends[slot.after] if slot.after else chain
+            ends[slot.name] = slot.extend(base, annotations)
+            _annotate_calls(ends[slot.name], base, annotations)
+            chain = chain | ends[slot.name]
+        patterns.append(
+            FusionPattern(f"tvm_fuse.{anchor.family}", chain, annotations, _checker(anchor), _namer(anchor))
+        )
+    return patterns
+
+
+def _annotate_calls(pattern: DFPattern, base: DFPattern, annotations: dict) -> None:
+    """Annotate every call of `pattern` above `base`, so a match reports each op it took (an
+    activation may be several ops, each from its own ONNX node)."""
+    seen: list[DFPattern] = []
+
+    def walk(node: DFPattern) -> None:
+        if node.same_as(base) or any(node.same_as(s) for s in seen):
+            return
+        seen.append(node)
+        if isinstance(node, CallPattern):
+            annotations[f"op#{len(annotations)}"] = node
+            for arg in node.args:
+                walk(arg)
+        elif isinstance(node, OrPattern):
+            walk(node.left)
+            walk(node.right)
+
+    walk(pattern)
+
+
+def _namer(anchor: Anchor):
+    def attrs(annotated) -> dict[str, str]:
+        # Also the ONNX nodes: it keeps equal chains at different places apart (the module
+        # would otherwise share one function between them) and feeds the fusion report.
+        nodes = sorted({i for expr in annotated.values() for i in provenance.span_nodes(expr)})
+        steps = [anchor.kind(annotated["anchor"])]
+        for slot in SLOTS:
+            steps += [slot.name] if slot.name in annotated else []
+            steps += [key.split(".", 1)[1] for key in annotated if key.startswith(f"{slot.name}.")]
+        return {PATTERN_ATTR: "+".join(steps), ANCHOR_ATTR: anchor.family, NODES_ATTR: ",".join(map(str, nodes))}
+
+    return attrs
+
+
+def _checker(anchor: Anchor):
+    def check(context: PatternCheckContext) -> bool:
+        annotated = context.annotated_expr
+        if anchor.kind(annotated["anchor"]) is None:
+            return False
+        matched = set(context.matched_bindings.keys())
+        root = next(v for v, e in context.matched_bindings.items() if e.same_as(context.matched_expr))
+        # An intermediate read outside the match would need its own output: leave it unfused.
+        for var in matched:
+            if not var.same_as(root) and any(user not in matched for user in context.var_usages.get(var, [])):
+                return False
+        out_shape = annotated["anchor"].ty.shape
+        for slot in ("bias", "bn", "sum"):
+            if slot in annotated and not operands_fit(annotated[slot], out_shape, matched):
+                return False
+        # A constant added is a bias (its own family), not a residual.
+        sum_call = annotated.get("sum")
+        return sum_call is None or not any(isinstance(a, GenericConst) for a in sum_call.args)
+
+    return check
+
+
+def operands_fit(call: relax.Call, out_shape, matched) -> bool:
+    """The op's operands from outside the chain broadcast into the anchor's output shape."""
+    for operand in call.args:
+        if isinstance(operand, relax.Var) and operand in matched:
+            continue
+        if isinstance(operand, relax.Call):  # bn's inner multiply
+            if not operands_fit(operand, out_shape, matched):
+                return False
+            continue
+        shape = operand.ty.shape
+        if shape is None or len(shape) > len(out_shape) or operand.ty.dtype != "float32":
+            return False
+        for dim, out_dim in zip(reversed(list(shape)), reversed(list(out_shape))):
+            if not (_same(dim, 1) or _same(dim, out_dim)):
+                return False
+    return True
+
+
+def _float32(*exprs) -> bool:
+    return all(e.ty.dtype == "float32" for e in exprs)
+
+
+def _same(a, b) -> bool:
+    return bool(tvm.sym.Analyzer().can_prove_equal(a, b))

@@ -1,0 +1,1 @@
+"""Relax passes of our own, one pass per file."""

@@ -1,0 +1,27 @@
+"""Schedule every kernel whose anchor names a rule in `tvm_fuse.schedules` for the target."""
+
+from __future__ import annotations
+
+import tvm
+
+from ..schedules import apply
+from ..target import isa_features
+
+
+def vector_lanes(target: tvm.target.Target) -> int:
+    """fp32 lanes of the target's widest vectors."""
+    return 16 if "avx512f" in isa_features(target) else 8
+
+
+def ApplySchedules(target: tvm.target.Target) -> tvm.transform.Pass:
+    lanes = vector_lanes(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ApplySchedules")
+    def apply_schedules(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        scheduled = mod.clone()
+        for gvar, func in mod.functions_items():
+            if isinstance(func, tvm.tirx.PrimFunc):
+                scheduled.update_func(gvar, apply(func, lanes))
+        return scheduled
+
+    return apply_schedules

@@ -1,0 +1,90 @@
+"""Shared machinery of the canonicalization passes: a pass plans new values for some bindings
+(`plan(func) -> {var: new value}`), and `Rebinder` gives each planned binding its new value
+while keeping its variable, so names and ONNX nodes (`provenance`) survive. TVM's
+`dpl.rewrite_call` would rename the final binding `gv` and nested calls `lv`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .. import provenance
+
+Plan = Callable[[relax.Function], dict]
+
+
+def rebind_pass(name: str, plan: Plan) -> tvm.transform.Pass:
+    """A module pass that rewrites every Relax function by its `plan`."""
+
+    def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        rebinder = Rebinder(mod)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                planned = plan(func)
+                if planned:
+                    rebinder.builder_.update_func(gvar, rebinder.rewrite(func, planned))
+        return rebinder.builder_.get()
+
+    return tvm.transform.module_pass(rewrite, opt_level=0, name=name)
+
+
+@mutator
+class Rebinder(PyExprMutator):
+    """Gives planned bindings their new values and keeps their variables; calls nested in a new
+    value are bound first, named after the binding's node; bindings nothing reads are dropped."""
+
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self._plan: dict[relax.Var, relax.Expr] = {}
+
+    def rewrite(self, func: relax.Function, plan: dict[relax.Var, relax.Expr]) -> relax.Function:
+        self._plan = plan
+        return relax.analysis.remove_all_unused(self.visit_expr(func))
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = self._plan.get(binding.var)
+        if value is None:
+            return super().visit_var_binding_(binding)
+        node = provenance.node_index(binding.var)
+        value = self._bind_nested(value, provenance.tag(node) if node is not None else "")
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+
+    def _bind_nested(self, expr: relax.Expr, name: str) -> relax.Expr:
+        if not isinstance(expr, relax.Call):
+            return self.visit_expr(expr)
+        args = [self._bind_nested(arg, name) for arg in expr.args]
+        args = [self.builder_.emit(arg, name) if isinstance(arg, relax.Call) else arg for arg in args]
+        return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+
+
+def is_op(expr, *names: str) -> bool:
+    """`expr` calls one of the Relax ops `names`."""
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
+
+
+def dtype(expr: relax.Expr) -> str:
+    return str(expr.ty.dtype)
+
+
+def same_type(a: relax.Expr, b: relax.Expr) -> bool:
+    """Both tensors of the same known shape and dtype."""
+    return (
+        isinstance(a.ty, relax.TensorType)
+        and isinstance(b.ty, relax.TensorType)
+        and a.ty.shape is not None
+        and b.ty.shape is not None
+        and dtype(a) == dtype(b)
+        and tvm_ffi.structural_equal(a.ty.shape, b.ty.shape)
+    )
+
+
+def use_counts(func: relax.Function) -> Counter:
+    """How many times each variable is read in `func` (bindings, and the returned value)."""
+    counts: Counter = Counter()
+    relax.analysis.post_order_visit(func, lambda e: counts.update([e]) if isinstance(e, relax.Var) else None)
+    return counts

@@ -1,0 +1,34 @@
+"""Copy each binding's ONNX node (its variable name, see `provenance`) into the span of the call
+it binds. `FuseOpsByPattern` renames the variables it moves into a composite function (the
+result becomes `gv`) but keeps the calls, so spans carry the node through fusion."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .. import provenance
+
+
+@mutator
+class _SpanWriter(PyExprMutator):
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        value = self.visit_expr(binding.value)
+        index = provenance.node_index(binding.var)
+        if isinstance(value, relax.Call) and index is not None:
+            span = provenance.span([index])
+            value = self.builder_.normalize(relax.Call(value.op, value.args, value.attrs, value.ty_args, span))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+
+
+def RecordProvenance() -> tvm.transform.Pass:
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RecordProvenance")
+    def record(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        writer = _SpanWriter(mod)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                writer.builder_.update_func(gvar, writer.visit_expr(func))
+        return writer.builder_.get()
+
+    return record
