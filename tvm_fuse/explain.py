@@ -21,6 +21,7 @@ from .compute import epilogue
 from .frontend.fixups import user_node_name
 from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
+from .transform.rebind import use_counts
 
 _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}
 
@@ -68,7 +69,7 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
     labels = [node_label(node, i) for i, node in enumerate(nodes)]
     main = mod["main"]
     bindings = [b for block in main.body.blocks for b in block.bindings]
-    uses = _uses(main, bindings)
+    uses = use_counts(main)
     producers = {b.var: b.value for b in bindings}
     report = FusionReport(disabled_families=sorted(disabled))
     covered: set[str] = set()
@@ -124,26 +125,6 @@ def _kernel(mod: tvm.IRModule, value):
         return gvar.name_hint, func
     return None
 
-
-def _uses(main: relax.Function, bindings) -> Counter:
-    counts: Counter = Counter()
-
-    def count(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] += 1
-        elif isinstance(expr, relax.Call):
-            for arg in expr.args:
-                count(arg)
-        elif isinstance(expr, relax.Tuple):
-            for field_ in expr.fields:
-                count(field_)
-        elif isinstance(expr, relax.TupleGetItem):
-            count(expr.tuple_value)
-
-    for binding in bindings:
-        count(binding.value)
-    count(main.body.body)
-    return counts
 
 
 def _reason(mod, value: relax.Call, nodes, producers, uses, disabled) -> str:
