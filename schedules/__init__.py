@@ -13,11 +13,13 @@ import warnings
 import tvm
 from tvm import s_tir
 
-from . import conv_nchw, matmul
+from . import conv_nchw, conv_nchwc, matmul
 from .common import anchor_block
 
 RULES = {
     "tvm_fuse.conv_nchw": conv_nchw.schedule,
+    "tvm_fuse.conv_nchwc": conv_nchwc.schedule,
+    "tvm_fuse.depthwise_nchwc": conv_nchwc.schedule_depthwise,
     "tvm_fuse.matmul": matmul.schedule,
 }
 

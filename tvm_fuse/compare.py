@@ -1,7 +1,10 @@
 """tvm_fuse next to ONNX Runtime on the same model, inputs and thread count.
 
-Runs alternate between the two (ours, theirs, ours, ...) so that a noisy neighbour on a shared
-machine slows both alike; the ratio of medians is the figure to read, not the times.
+The two alternate in short blocks (a few runs of ours, a few of theirs, ...) so that a noisy
+neighbour on a shared machine slows both alike; the ratio of medians is the figure to read,
+not the times. Each block starts with an untimed run: both runtimes keep their idle threads
+spinning for a while after a run (their default, as deployed), which would otherwise take the
+cores from the other runtime's first run.
 """
 
 from __future__ import annotations
@@ -57,23 +60,25 @@ def differences(ours: list[np.ndarray], reference: list[np.ndarray]) -> tuple[fl
 
 
 def compare(model: CompiledModel, onnx_model: onnx.ModelProto, feed: dict,
-            num_threads: int, warmup: int = 3, repeat: int = 20) -> Comparison:
-    """Time both runtimes alternately on `feed` and compare their outputs."""
+            num_threads: int, warmup: int = 3, repeat: int = 20, block: int = 5) -> Comparison:
+    """Time both runtimes on `feed`, `repeat` runs each in alternating blocks of `block`, and
+    compare their outputs."""
     session = onnxruntime_session(onnx_model, num_threads)
     set_num_threads(num_threads)
     ours = model.run(None, feed)
     reference = session.run(None, feed)
+    runners = {"ours": lambda: model.run(None, feed), "theirs": lambda: session.run(None, feed)}
     for _ in range(warmup):
-        model.run(None, feed)
-        session.run(None, feed)
-    ours_ms, theirs_ms = [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        model.run(None, feed)
-        middle = time.perf_counter()
-        session.run(None, feed)
-        end = time.perf_counter()
-        ours_ms.append((middle - start) * 1e3)
-        theirs_ms.append((end - middle) * 1e3)
+        for run in runners.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    while len(times["ours"]) < repeat:
+        count = min(block, repeat - len(times["ours"]))
+        for name, run in runners.items():
+            run()  # untimed: lets the other runtime's spinning threads go idle
+            for _ in range(count):
+                start = time.perf_counter()
+                run()
+                times[name].append((time.perf_counter() - start) * 1e3)
     abs_diff, rel_diff = differences(ours, reference)
-    return Comparison(Latency.of(ours_ms), Latency.of(theirs_ms), abs_diff, rel_diff)
+    return Comparison(Latency.of(times["ours"]), Latency.of(times["theirs"]), abs_diff, rel_diff)

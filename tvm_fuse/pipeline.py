@@ -15,7 +15,9 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
-from .transform.apply_schedules import ApplySchedules
+from .transform.apply_schedules import ApplySchedules, vector_lanes
+from .transform.blocked_layout import BlockedLayout
+from .transform.clip_to_min_max import ClipToMinMax
 from .transform.dense import CanonicalizeDense
 from .transform.fold_batch_norm import FoldBatchNorm
 from .transform.fuse_patterns import FusePatterns
@@ -29,7 +31,8 @@ from .transform.sum_to_add import SumToAdd
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
     one until then), ONNX Sum as adds, no-ops gone, Gemm / MatMul + Add as dense + bias,
-    batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off)."""
+    batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
+    maximum / minimum (which layout conversion can follow)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -37,9 +40,15 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         RemoveNoOps(),
         CanonicalizeDense(),
         FoldBatchNorm(fold_into),
+        ClipToMinMax(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
     ]
+
+
+def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
+    """Conv chains in NCHW{c}c, c the fp32 vector width; weights repacked at build time."""
+    return [BlockedLayout(vector_lanes(target)), relax.transform.FoldConstant()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
@@ -68,7 +77,7 @@ def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
 
 
-PHASES = (canonicalize, fuse, kernels)
+PHASES = (canonicalize, layout, fuse, kernels)
 
 
 def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.Target) -> tvm.transform.Pass:

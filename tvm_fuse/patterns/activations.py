@@ -42,6 +42,13 @@ def _softplus(x):  # TVM's stable form: max(x, 0) + log(1 + exp(-|x|))
     return _either("add", _op("maximum", x, is_const()), tail)
 
 
+def _clip(x):
+    """clip(x, lo, hi), or the maximum / minimum form `ClipToMinMax` gives it."""
+    return (_op("clip", x, wildcard(), wildcard())
+            | _op("minimum", _op("maximum", x, is_const()), is_const())
+            | _op("maximum", _op("minimum", x, is_const()), is_const()))
+
+
 @dataclass(frozen=True)
 class Activation:
     name: str
@@ -52,13 +59,12 @@ ACTIVATIONS = (
     # Most specific first: dpl takes the first alternative that matches, and hardsigmoid
     # would otherwise parse as a scale/shift followed by a plain clip.
     # x * clip(x + 3, 0, 6) / 6
-    Activation("hardswish", lambda x: _either(
-        "multiply", x, _op("divide", _op("clip", _either("add", x, is_const()), wildcard(), wildcard()), is_const()))),
+    Activation("hardswish", lambda x: _either("multiply", x, _op("divide", _clip(_either("add", x, is_const())), is_const()))),
     # clip(alpha * x + beta, 0, 1)
-    Activation("hardsigmoid", lambda x: _op(
-        "clip", _either("add", _either("multiply", is_const(), x), is_const()), wildcard(), wildcard())),
+    Activation("hardsigmoid", lambda x: _clip(_either("add", _either("multiply", is_const(), x), is_const()))),
     Activation("relu", lambda x: _op("nn.relu", x)),
-    Activation("clip", lambda x: _op("clip", x, wildcard(), wildcard())),  # relu6 and any clip
+    # relu6 and any clip; one-sided ones are a lone maximum or minimum
+    Activation("clip", lambda x: _clip(x) | _op("maximum", x, is_const()) | _op("minimum", x, is_const())),
     Activation("leaky_relu", lambda x: _op("nn.leakyrelu", x)),
     Activation("sigmoid", lambda x: _op("sigmoid", x)),
     Activation("tanh", lambda x: _op("tanh", x)),

@@ -9,6 +9,7 @@ function and, later, one kernel whose epilogue applies the chain. Each (anchor, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -45,23 +46,34 @@ class Slot:
     after: str | None = None  # only directly after this slot
 
 
-_CONV_LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}  # rank -> what the computes take
+_CONV_LAYOUTS = {1: ("NCW", "OIW"), 2: ("NCHW", "OIHW")}  # rank -> the plain layouts the computes take
+_BLOCKED = re.compile(r"NCHW(\d+)c")  # `transform.blocked_layout`'s data layout
 
 
 def _conv_kind(call: relax.Call) -> str | None:
     attrs, (data, weight) = call.attrs, call.args
-    rank = len(weight.ty.shape) - 2
-    if (attrs.data_layout, attrs.kernel_layout) != _CONV_LAYOUTS.get(rank):
+    if not _float32(data, weight, call):
         return None
-    if attrs.out_layout != attrs.data_layout or not _float32(data, weight, call):
-        return None
+    blocked = _BLOCKED.fullmatch(str(attrs.data_layout))
+    out_blocked = _BLOCKED.fullmatch(str(attrs.out_layout))
+    if blocked and out_blocked:
+        block, out_block = int(blocked.group(1)), int(out_blocked.group(1))
+        kernels = {f"OIHW{block}i{out_block}o"} | ({f"OIHW1i{block}o"} if block == out_block else set())
+        if str(attrs.kernel_layout) not in kernels:
+            return None
+        rank, channels = 2, data.ty.shape[1] * block
+    else:
+        rank = len(weight.ty.shape) - 2
+        layouts = (attrs.data_layout, attrs.kernel_layout)
+        if attrs.out_layout != attrs.data_layout or layouts != _CONV_LAYOUTS.get(rank):
+            return None
+        channels = data.ty.shape[1]
     name = f"conv{rank}d"
-    channels = data.ty.shape[1]
     if attrs.groups == 1:
         return name
     if _same(channels, attrs.groups) and int(weight.ty.shape[1]) == 1:
         return f"depthwise_{name}"
-    return f"group_{name}"
+    return f"group_{name}" if not blocked else None
 
 
 def _fc_kind(call: relax.Call) -> str | None:

@@ -15,6 +15,7 @@ from tvm import relax, te
 from .. import provenance
 from ..compute import epilogue
 from ..compute.conv import convolution
+from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import matmul
 from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
 
@@ -25,8 +26,12 @@ def _anchor(call: relax.Call, data: te.Tensor, weight: te.Tensor) -> te.Tensor:
     if call.op.name == "relax.matmul":
         return matmul(data, weight)
     attrs = call.attrs
-    return convolution(data, weight, [int(s) for s in attrs.strides], [int(p) for p in attrs.padding],
-                       [int(d) for d in attrs.dilation], int(attrs.groups))
+    geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
+    if str(attrs.data_layout) in ("NCW", "NCHW"):
+        return convolution(data, weight, *geometry, int(attrs.groups))
+    if int(attrs.groups) == 1:  # NCHW{c}c, see transform.blocked_layout
+        return conv2d_nchwc(data, weight, *geometry)
+    return depthwise_conv2d_nchwc(data, weight, *geometry)
 
 
 def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var]):

@@ -1,7 +1,8 @@
 """Bindings that return their input unchanged are dropped; their readers read the input.
 
 ONNX exporters leave such ops behind: a Reshape or Expand to the shape a tensor already has, a
-Cast to its own type, an Unsqueeze undone by a Squeeze, a multiply by ones or add of zeros. Some
+Cast to its own type, an Unsqueeze undone by a Squeeze, a multiply by ones or add of zeros, and
+Dropout, which does nothing at inference (its tuple output also trips TVM's layout conversion). Some
 cost a pass over the tensor at run time, and all of them split what the fusion patterns would
 match (a conv followed by a no-op reshape is no longer a conv followed by its bias add).
 
@@ -48,6 +49,11 @@ def _remove_noops(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
 
 def _source(var: relax.Var, value, values: dict) -> relax.Var | None:
     """The variable that the binding `var = value` equals, if `value` is a no-op on it."""
+    if isinstance(value, relax.TupleGetItem) and value.index == 0:  # dropout's output, at inference
+        dropout = values.get(value.tuple_value) if isinstance(value.tuple_value, relax.Var) else None
+        if isinstance(dropout, relax.Call) and dropout.op.same_as(tvm.ir.Op.get("relax.nn.dropout")):
+            source = dropout.args[0]
+            return source if isinstance(source, relax.Var) else None
     if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
         return None
     op = value.op.name
@@ -74,7 +80,6 @@ def _source(var: relax.Var, value, values: dict) -> relax.Var | None:
             ):
                 return source
     return None
-
 
 
 @mutator
