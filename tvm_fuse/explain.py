@@ -111,8 +111,10 @@ def count_kernel_calls(mod: tvm.IRModule) -> int:
 
 
 def _runs(value) -> bool:
-    """Whether a binding does work at run time (tuple plumbing and aliases do not)."""
-    return isinstance(value, relax.Call)
+    """Whether a binding does a node's work at run time (tuple plumbing and aliases do not;
+    layout transforms are the compiler's, counted apart)."""
+    return isinstance(value, relax.Call) and not (
+        isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.layout_transform")
 
 
 def _kernel(mod: tvm.IRModule, value):

@@ -24,6 +24,7 @@ from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.record_provenance import RecordProvenance
+from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.remove_noops import RemoveNoOps
 from .transform.sum_to_add import SumToAdd
 
@@ -48,7 +49,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
 
 def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width; weights repacked at build time."""
-    return [BlockedLayout(vector_lanes(target)), relax.transform.FoldConstant()]
+    return [BlockedLayout(vector_lanes(target)), SinkLayoutTransforms(), relax.transform.FoldConstant()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:

@@ -64,8 +64,8 @@ def test_a_chain_is_converted_once_in_and_once_out():
     np.testing.assert_allclose(_run(mod, x, pipeline=True), _run(mod, x, pipeline=False), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("out_channels", [24, 40])
-def test_a_conv_whose_outputs_the_block_does_not_divide_keeps_nchw(out_channels):
+@pytest.mark.parametrize("out_channels, out_layout", [(24, "NCHW8c"), (20, "NCHW")])
+def test_outputs_the_block_does_not_divide_take_half_a_block_or_nchw(out_channels, out_layout):
     blocked = BlockedLayout(16)(_chain(out_channels))
-    layouts = [str(c.attrs.data_layout) for c in _calls(blocked, "relax.nn.conv2d")]
-    assert layouts == ["NCHW3c", "NCHW"]
+    layouts = [str(c.attrs.out_layout) for c in _calls(blocked, "relax.nn.conv2d")]
+    assert layouts == ["NCHW16c", out_layout]

@@ -3,9 +3,10 @@
 TVM's `ConvertLayout` rewrites each conv and propagates the layout through the ops that
 follow (elementwise ops, residual adds, pooling, concat along channels, reductions), so
 `layout_transform` is left only where a chain enters or leaves the blocked layout. The weights'
-transforms are constants, folded at build time. Input channels the block does not divide (an
-image's 3) are one block of their own; a conv whose output channels the block does not divide
-keeps NCHW (and its NCHW kernel), as do grouped convs other than depthwise.
+transforms are constants, folded at build time. Fewer input channels than a block (an image's
+3) are one block of their own; output channels take the block or half of it; a conv
+whose outputs neither divides keeps NCHW (and its NCHW kernel), as do grouped convs other than
+depthwise.
 """
 
 from __future__ import annotations
@@ -28,14 +29,20 @@ def _layouts(block: int):
         if any(s is None for s in shapes) or str(data.ty.dtype) != "float32":
             return _KEEP
         channels, outputs = data.ty.shape[1], weight.ty.shape[0]
-        if not all(isinstance(d, tvm.tirx.IntImm) for d in (channels, outputs)) or int(outputs) % block:
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in (channels, outputs)):
             return _KEEP
-        channels, groups = int(channels), int(attrs.groups)
+        channels, outputs, groups = int(channels), int(outputs), int(attrs.groups)
         if groups == 1:
-            # Input channels the block does not divide (an image's 3) form one block of their own.
+            # Fewer input channels than a block (an image's 3) form one block of their own;
+            # outputs take the widest block that divides them (1000 classes: 8).
+            if channels % block and channels > block:
+                return _KEEP  # TVM's layout conversion fails on some such blocks (NCHW24c)
             inputs = block if channels % block == 0 else channels
-            return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{block}o", f"NCHW{block}c"]}
-        if groups == channels == int(outputs):  # depthwise
+            out_block = next((b for b in (block, block // 2) if outputs % b == 0), None)
+            if out_block is None:
+                return _KEEP
+            return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{out_block}o", f"NCHW{out_block}c"]}
+        if groups == channels == outputs and outputs % block == 0:  # depthwise
             return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}
         return _KEEP
 

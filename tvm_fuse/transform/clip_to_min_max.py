@@ -38,7 +38,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
 
 
 def _float(bound) -> float | None:
-    """A constant bound's value (a FloatImm, or a PrimValue holding one); None otherwise."""
-    bound = getattr(bound, "value", bound) if not isinstance(getattr(bound, "value", None), float) else bound
-    value = getattr(bound, "value", None)
-    return float(value) if isinstance(value, float | int) else None
+    """A constant bound's value (an IntImm or FloatImm, or a PrimValue holding one), else None."""
+    value = getattr(bound, "value", bound)
+    value = getattr(value, "value", value)
+    return float(value) if isinstance(value, int | float) else None

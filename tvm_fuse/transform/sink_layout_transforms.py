@@ -1,0 +1,58 @@
+"""Move a `layout_transform` below the elementwise ops that follow it.
+
+Where a blocked chain ends at a graph output, TVM's layout conversion converts back to NCHW
+before the chain's last elementwise ops (an activation, say), which cuts them off from the conv
+they should fuse into. Elementwise ops with scalar operands commute with any layout, so the
+transform moves after them: `op(layout_transform(x))` -> `layout_transform(op(x))`.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from ..compute.epilogue import ELEMENTWISE
+from .rebind import is_op, rebind_pass, use_counts
+
+
+def SinkLayoutTransforms() -> tvm.transform.Pass:
+    sink = rebind_pass("tvm_fuse.SinkLayoutTransforms", _plan)
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.SinkLayoutTransforms")
+    def sink_all(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        while True:  # one op per round, until no transform has an elementwise op below it
+            sunk = sink(mod)
+            if tvm_ffi.structural_equal(sunk, mod):
+                return sunk
+            mod = sunk
+
+    return sink_all
+
+
+def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
+    values = relax.analysis.get_var2val(func)
+    uses = use_counts(func)
+    plan = {}
+    for var, value in values.items():
+        if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in ELEMENTWISE):
+            continue
+        tensors = [a for a in value.args if isinstance(a, relax.Var)]
+        scalars_only = all(isinstance(a, relax.Var) or _scalar(a) for a in value.args)
+        if len(tensors) != 1 or not scalars_only:
+            continue
+        (moved,) = tensors
+        transform = values.get(moved)
+        if not is_op(transform, "relax.layout_transform") or uses[moved] != 1:
+            continue
+        inner = relax.Call(value.op, [transform.args[0] if a.same_as(moved) else a for a in value.args],
+                           value.attrs, value.ty_args)
+        plan[var] = relax.Call(transform.op, [inner], transform.attrs, transform.ty_args)
+    return plan
+
+
+def _scalar(arg) -> bool:
+    """A 0-d constant or a plain number (clip bounds): the same in every layout."""
+    if isinstance(arg, tvm.ir.GenericConst):
+        return arg.value.numpy().ndim == 0
+    return not isinstance(arg, relax.Expr) or isinstance(arg, relax.PrimValue) or not hasattr(arg, "ty")
