@@ -13,7 +13,7 @@ import warnings
 import tvm
 from tvm import s_tir
 
-from . import conv_nchw, conv_nchwc, matmul
+from . import conv_nchw, conv_nchwc, dense_packed, matmul
 from .common import anchor_block
 
 RULES = {
@@ -21,6 +21,7 @@ RULES = {
     "tvm_fuse.conv_nchwc": conv_nchwc.schedule,
     "tvm_fuse.depthwise_nchwc": conv_nchwc.schedule_depthwise,
     "tvm_fuse.matmul": matmul.schedule,
+    "tvm_fuse.dense_packed": dense_packed.schedule,
 }
 
 

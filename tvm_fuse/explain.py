@@ -21,6 +21,7 @@ from .compute import epilogue
 from .frontend.fixups import user_node_name
 from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
+from .transform.lower_matmuls import KERNEL_ATTR
 from .transform.rebind import use_counts
 
 _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}
@@ -89,7 +90,7 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             calls.setdefault(labels[index], []).append(binding.value)
     op_types = {label: node.op_type for label, node in zip(reversed(labels), reversed(nodes))}  # first wins
     for label, node_calls in calls.items():
-        outside = [c.op.name for c in node_calls if c.op.name not in epilogue.ELEMENTWISE]
+        outside = [_op_name(mod, c) for c in node_calls if _op_name(mod, c) not in epilogue.ELEMENTWISE]
         if outside and outside[0] not in _ANCHOR_OPS:
             short = outside[0].removeprefix("relax.")
             reason = f"no pattern of the table contains {op_types[label]} ({short}); it runs as its own kernel"
@@ -108,6 +109,15 @@ def count_kernel_calls(mod: tvm.IRModule) -> int:
     calls = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
     return sum(1 for block in mod["main"].body.blocks for b in block.bindings
                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op) and b.value.op.name in calls)
+
+
+def _op_name(mod: tvm.IRModule, call: relax.Call) -> str:
+    """The Relax op a call runs; our own unfused kernels (`LowerMatmuls`) by what they compute."""
+    if call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
+        kernel = mod[call.args[0]].attrs.get(KERNEL_ATTR) if mod[call.args[0]].attrs else None
+        if kernel is not None:
+            return f"relax.{kernel}"
+    return call.op.name
 
 
 def _runs(value) -> bool:
@@ -130,9 +140,9 @@ def _kernel(mod: tvm.IRModule, value):
 
 
 def _reason(mod, value: relax.Call, nodes, producers, uses, disabled) -> str:
-    op = value.op.name if isinstance(value.op, tvm.ir.Op) else str(value.op)
+    op = _op_name(mod, value)
     if op in _ANCHOR_OPS:
-        if not isinstance(value.args[1], GenericConst):
+        if value.op.same_as(tvm.ir.Op.get("relax.call_tir")) or not isinstance(value.args[1], GenericConst):
             return "weights are not constant (computed at run time), so they cannot be packed at build time"
         if all(anchor.kind(value) is None for anchor in ANCHORS if anchor.family == _ANCHOR_OPS[op]):
             return "not a float32 NCHW / OIHW (or NCW / OIW) operation, which the kernels support"

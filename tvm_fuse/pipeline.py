@@ -22,10 +22,11 @@ from .transform.dense import CanonicalizeDense
 from .transform.fold_batch_norm import FoldBatchNorm
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
+from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.record_provenance import RecordProvenance
-from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.remove_noops import RemoveNoOps
+from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.sum_to_add import SumToAdd
 
 
@@ -58,7 +59,8 @@ def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.trans
         OrderResidualAdds(),
         RecordProvenance(),
         FusePatterns(disabled),
-        LowerComposites(),
+        LowerComposites(vector_lanes(target)),
+        LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
     ]
 
 

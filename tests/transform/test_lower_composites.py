@@ -26,7 +26,7 @@ def kernel_calls(mod):
 
 def test_a_composite_becomes_one_opaque_kernel_that_records_its_nodes():
     steps = ["bias", "relu", "sum", "relu"]
-    lowered = LowerComposites()(FusePatterns()(RecordProvenance()(chain("conv2d", steps))))
+    lowered = LowerComposites(16)(FusePatterns()(RecordProvenance()(chain("conv2d", steps))))
     (call,) = kernel_calls(lowered)
     kernel = lowered[call.args[0]]
     assert str(kernel.attrs[PATTERN_ATTR]) == "conv2d+bias+relu+sum+relu"

@@ -1,13 +1,34 @@
-"""Matrix products with constant weights: dense `x[..., K] @ W[K, N]` and batched
-`x[..., M, K] @ W[..., K, N]`, leading dims broadcast as in numpy."""
+"""Matrix products with constant weights: dense `x[..., K] @ W[K, N]` (with W packed in
+blocks of output columns when the vector width divides N) and batched `x[..., M, K] @
+W[..., K, N]`, leading dims broadcast as in numpy."""
 
 from __future__ import annotations
 
+import numpy as np
 from tvm import te
 
 from . import SCHEDULE_RULE
 
 MATMUL_RULE = "tvm_fuse.matmul"
+DENSE_PACKED_RULE = "tvm_fuse.dense_packed"
+
+
+def pack_dense_weight(weight: np.ndarray, block: int) -> np.ndarray:
+    """W[K, N] as [N / block, K, block]: each block of output columns contiguous along K."""
+    k, n = weight.shape
+    return np.ascontiguousarray(weight.reshape(k, n // block, block).transpose(1, 0, 2))
+
+
+def dense_packed(x: te.Tensor, packed: te.Tensor) -> te.Tensor:
+    """`x[..., K] @ W[K, N]` with W given by `pack_dense_weight`."""
+    chunks, _, block = packed.shape
+    k = te.reduce_axis((0, x.shape[-1]), name="k")
+
+    def value(*idx):
+        *rows, n = idx
+        return te.sum(x[(*rows, k)] * packed[n // block, k, n % block], axis=k)
+
+    return te.compute((*x.shape[:-1], chunks * block), value, name="matmul", attrs={SCHEDULE_RULE: DENSE_PACKED_RULE})
 
 
 def matmul(x: te.Tensor, weight: te.Tensor) -> te.Tensor:
