@@ -15,6 +15,7 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
@@ -34,7 +35,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
     one until then), ONNX Sum as adds, no-ops gone, Gemm / MatMul + Add as dense + bias,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
-    maximum / minimum (which layout conversion can follow)."""
+    maximum / minimum and constants at their tensor's rank (both so layout conversion can follow)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -43,6 +44,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         CanonicalizeDense(),
         FoldBatchNorm(fold_into),
         ClipToMinMax(),
+        AlignConstantRanks(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
     ]
