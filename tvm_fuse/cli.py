@@ -103,7 +103,7 @@ def cmd_bench(args) -> int:
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
-          f"{args.repeat} runs after {args.warmup} warm-up, alternating with ONNX Runtime")
+          f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime")
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
         return 0
