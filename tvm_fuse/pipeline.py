@@ -27,6 +27,7 @@ from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
+from .transform.schedule_generic_kernels import ScheduleGenericKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.sum_to_add import SumToAdd
 
@@ -74,7 +75,8 @@ def kernels(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tr
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
     ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
-    return cpu_generic.library_dispatch_passes(target) + cpu_generic.legalize_passes(target)
+    return (cpu_generic.library_dispatch_passes(target) + cpu_generic.legalize_passes(target)
+            + [ScheduleGenericKernels(target)])
 
 
 def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:

@@ -1,0 +1,35 @@
+"""Kernels TVM lowers itself get parallel loops, and vectors where the width divides."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import te, topi
+
+from tvm_fuse.schedules import generic
+from tvm_fuse.target import parse_target
+
+
+def _func(*tensors):
+    return te.create_prim_func(list(tensors))
+
+
+def test_an_elementwise_kernel_is_parallel_and_vectorized():
+    x = te.placeholder((4, 8, 14, 32), name="x")
+    func = generic.schedule(_func(x, topi.nn.relu(x)), parse_target("llvm"), 16)
+    text = func.script()
+    assert "T.parallel" in text and "T.vectorized" in text
+
+
+def test_a_pooling_kernel_is_parallel_and_still_correct():
+    x = te.placeholder((1, 4, 16, 16, 16), name="x")
+    pooled = topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max", layout="NCHW16c")
+    target = parse_target("llvm")
+    func = generic.schedule(_func(x, pooled), target, 16)
+    assert "T.parallel" in func.script()
+    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    data = np.random.default_rng(0).standard_normal((1, 4, 16, 16, 16)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 4, 8, 8, 16), "float32"))
+    kernel(tvm.runtime.tensor(data), out)
+    expected = data.reshape(1, 4, 8, 2, 8, 2, 16).max(axis=(3, 5))
+    np.testing.assert_array_equal(out.numpy(), expected)
