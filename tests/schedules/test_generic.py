@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import te, topi
-
 from tvm_fuse.schedules import generic
+
 from tvm_fuse.target import parse_target
 
 
