@@ -7,33 +7,19 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
 from tests.conftest import assert_close, ort_outputs, random_inputs
-from tvm_fuse import provenance
 from tvm_fuse.frontend.importer import import_onnx
 from tvm_fuse.transform.dense import CanonicalizeDense
 
+from .relax_modules import assert_every_binding_tagged, binding_names, module, run
+
 W = np.arange(12, dtype="float32").reshape(3, 4) / 4
 B = np.array([1.0, -2.0, 0.5, 4.0], "float32")
-
-
-def _module(params: dict, build) -> tvm.IRModule:
-    """`main(params...)` returning what `build(bb, *params)` emits, as the importer lays it out."""
-    bb = relax.BlockBuilder()
-    args = [relax.Var(name, relax.TensorType(shape, "float32")) for name, shape in params.items()]
-    with bb.function("main", args):
-        with bb.dataflow():
-            output = bb.emit_output(build(bb, *args))
-        bb.emit_func_output(output)
-    return bb.get()
 
 
 def _dense(bb, x, weight=W, bias=B, name="n0x1"):
     """The canonical form: matmul by (K, N), then the bias on the right."""
     y = bb.emit(relax.op.matmul(x, relax.const(weight)), "n0x")
     return bb.emit(relax.op.add(y, relax.const(bias)), name)
-
-
-def _names(mod: tvm.IRModule) -> list[str]:
-    return [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
 
 
 def test_gemm_alpha_moves_into_the_weight():
@@ -48,9 +34,9 @@ def test_gemm_alpha_moves_into_the_weight():
         y = bb.emit(relax.op.matmul(x, relax.const(W * 0.5)), "n0x2")
         return bb.emit(relax.op.add(y, relax.const(B)), "n0x4")
 
-    after = CanonicalizeDense()(_module({"x": (2, 3)}, before))
-    tvm.ir.assert_structural_equal(after, _module({"x": (2, 3)}, expected))
-    assert _names(after) == ["n0x2", "n0x4", "gv"]
+    after = CanonicalizeDense()(module({"x": (2, 3)}, before))
+    tvm.ir.assert_structural_equal(after, module({"x": (2, 3)}, expected))
+    assert binding_names(after) == ["n0x2", "n0x4", "gv"]
 
 
 @pytest.mark.parametrize(
@@ -69,8 +55,8 @@ def test_per_column_biases_become_n_on_the_right(x_shape, bias, bias_first):
         operands = (relax.const(bias), y) if bias_first else (y, relax.const(bias))
         return bb.emit(relax.op.add(*operands), "n0x1")
 
-    expected = _module({"x": x_shape}, lambda bb, x: _dense(bb, x, bias=np.broadcast_to(bias.reshape(-1), (4,)).copy()))
-    tvm.ir.assert_structural_equal(CanonicalizeDense()(_module({"x": x_shape}, before)), expected)
+    expected = module({"x": x_shape}, lambda bb, x: _dense(bb, x, bias=np.broadcast_to(bias.reshape(-1), (4,)).copy()))
+    tvm.ir.assert_structural_equal(CanonicalizeDense()(module({"x": x_shape}, before)), expected)
 
 
 def test_full_bias_keeps_its_shape_but_goes_right():
@@ -80,8 +66,8 @@ def test_full_bias_keeps_its_shape_but_goes_right():
         y = bb.emit(relax.op.matmul(x, relax.const(W)), "n0x")
         return bb.emit(relax.op.add(relax.const(full), y), "n0x1")
 
-    expected = _module({"x": (2, 3)}, lambda bb, x: _dense(bb, x, bias=full))
-    tvm.ir.assert_structural_equal(CanonicalizeDense()(_module({"x": (2, 3)}, before)), expected)
+    expected = module({"x": (2, 3)}, lambda bb, x: _dense(bb, x, bias=full))
+    tvm.ir.assert_structural_equal(CanonicalizeDense()(module({"x": (2, 3)}, before)), expected)
 
 
 @pytest.mark.parametrize(
@@ -103,12 +89,12 @@ def test_full_bias_keeps_its_shape_but_goes_right():
          "not_a_matmul"],
 )
 def test_other_forms_are_left_alone(build):
-    before = _module({"x": (2, 3), "w": (3, 4)}, build)
+    before = module({"x": (2, 3), "w": (3, 4)}, build)
     tvm.ir.assert_structural_equal(CanonicalizeDense()(before), before)
 
 
 def test_switched_off_by_name():
-    before = _module({"x": (2, 5, 3)}, lambda bb, x: _dense(bb, x, bias=B.reshape(1, 4)))
+    before = module({"x": (2, 5, 3)}, lambda bb, x: _dense(bb, x, bias=B.reshape(1, 4)))
     with tvm.transform.PassContext(disabled_pass=["tvm_fuse.CanonicalizeDense"]):
         tvm.ir.assert_structural_equal(tvm.transform.Sequential([CanonicalizeDense()])(before), before)
 
@@ -124,19 +110,6 @@ def _onnx_model(node, x_shape, weights):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
-
-
-def _run(mod: tvm.IRModule, feed: dict) -> list[np.ndarray]:
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    return [vm["main"](*[tvm.runtime.tensor(value) for value in feed.values()]).numpy()]
-
-
-def _assert_tagged(mod: tvm.IRModule):
-    """Every binding in main names its ONNX node, but the returned variable."""
-    main = mod["main"]
-    for binding in (b for block in main.body.blocks for b in block.bindings):
-        if not binding.var.same_as(main.body.body):
-            assert provenance.node_index(binding.var) is not None, binding.var.name
 
 
 RNG = np.random.default_rng(0)
@@ -173,9 +146,9 @@ def test_imported_dense_layers_reach_the_form_and_match_onnx_runtime(name):
     assert [int(d) for d in matmul.value.args[1].ty.shape] == [3, 4]
     assert add.value.op.name == "relax.add" and add.value.args[0].same_as(matmul.var)
     assert tuple(int(d) for d in add.value.args[1].ty.shape) == bias_shape
-    _assert_tagged(after)
+    assert_every_binding_tagged(after)
 
     feed = random_inputs({"x": tuple(x_shape)})
     reference = ort_outputs(model, feed)
-    assert_close(_run(before, feed), reference)
-    assert_close(_run(after, feed), reference)
+    assert_close(run(before, feed), reference)
+    assert_close(run(after, feed), reference)

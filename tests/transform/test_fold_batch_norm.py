@@ -11,6 +11,8 @@ from tvm_fuse import provenance
 from tvm_fuse.frontend.importer import import_onnx
 from tvm_fuse.transform.fold_batch_norm import FoldBatchNorm
 
+from .relax_modules import assert_every_binding_tagged, binding_names, module, run
+
 # Batch-norm statistics whose folded forms are exact in float32 (epsilon 0):
 # scale = gamma / sqrt(var) = [1, 6], shift = beta - mean * scale = [-0.5, 13].
 GAMMA, BETA, MEAN, VAR = [2.0, 3.0], [0.5, 1.0], [1.0, -2.0], [4.0, 0.25]
@@ -19,17 +21,6 @@ SCALE, SHIFT = np.array([1.0, 6.0], "float32"), np.array([-0.5, 13.0], "float32"
 
 def _const(values) -> relax.Expr:
     return relax.const(np.array(values, "float32"))
-
-
-def _module(params: dict, build) -> tvm.IRModule:
-    """`main(params...)` returning what `build(bb, *params)` emits, as the importer lays it out."""
-    bb = relax.BlockBuilder()
-    args = [relax.Var(name, relax.TensorType(shape, "float32")) for name, shape in params.items()]
-    with bb.function("main", args):
-        with bb.dataflow():
-            output = bb.emit_output(build(bb, *args))
-        bb.emit_func_output(output)
-    return bb.get()
 
 
 def _batch_norm(bb, x, training=False, gamma=None):
@@ -41,13 +32,9 @@ def _batch_norm(bb, x, training=False, gamma=None):
 
 def _rewritten(params: dict, before, expected) -> tvm.IRModule:
     """FoldBatchNorm's result on `before`, checked against `expected` (both `_module` builders)."""
-    after = FoldBatchNorm()(_module(params, before))
-    tvm.ir.assert_structural_equal(after, _module(params, expected))
+    after = FoldBatchNorm()(module(params, before))
+    tvm.ir.assert_structural_equal(after, module(params, expected))
     return after
-
-
-def _names(mod: tvm.IRModule) -> list[str]:
-    return [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
 
 
 def _conv(x, weight, op=relax.op.nn.conv2d, **attrs):
@@ -78,7 +65,7 @@ def test_conv_bias_batch_norm_folds_into_the_conv(kind):
         return bb.emit(relax.op.add(conv, relax.const(new_bias.reshape(bias_shape))), "n1x1")
 
     after = _rewritten({"x": shape}, before, expected)
-    assert _names(after) == ["n0x", "n1x1", "gv"]  # the conv's node and the batch-norm's both remain
+    assert binding_names(after) == ["n0x", "n1x1", "gv"]  # the conv's node and the batch-norm's both remain
 
 
 def test_conv_without_bias_gets_the_shift_as_bias():
@@ -159,12 +146,12 @@ def test_layers_that_cannot_take_the_scale_get_scale_and_shift(layer):
     ids=["training", "input_gamma"],
 )
 def test_batch_norms_that_are_not_constant_inference_are_left_alone(build):
-    before = _module({"x": (1, 2, 4, 4), "g": (2,)}, build)
+    before = module({"x": (1, 2, 4, 4), "g": (2,)}, build)
     tvm.ir.assert_structural_equal(FoldBatchNorm()(before), before)
 
 
 def test_switched_off_by_name():
-    before = _module({"x": (1, 2, 4, 4)}, _batch_norm)
+    before = module({"x": (1, 2, 4, 4)}, _batch_norm)
     with tvm.transform.PassContext(disabled_pass=["tvm_fuse.FoldBatchNorm"]):
         tvm.ir.assert_structural_equal(tvm.transform.Sequential([FoldBatchNorm()])(before), before)
 
@@ -207,20 +194,6 @@ def _bn_node(x, prefix, y):
     return helper.make_node("BatchNormalization", inputs, [y], epsilon=1e-3)
 
 
-def _run(mod: tvm.IRModule, feed: dict) -> list[np.ndarray]:
-    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(value) for value in feed.values()])
-    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-
-def _assert_tagged(mod: tvm.IRModule):
-    """Every binding in main names its ONNX node, but the returned variable."""
-    main = mod["main"]
-    for binding in (b for block in main.body.blocks for b in block.bindings):
-        if not binding.var.same_as(main.body.body):
-            assert provenance.node_index(binding.var) is not None, binding.var.name
-
-
 def test_matches_onnx_runtime_and_leaves_no_batch_norm():
     """conv+bias+bn and depthwise conv+bn fold; a conv read twice keeps its bn as scale and shift."""
     rng = np.random.default_rng(0)
@@ -248,9 +221,9 @@ def test_matches_onnx_runtime_and_leaves_no_batch_norm():
     after = FoldBatchNorm()(before)
 
     reference = ort_outputs(model, feed)
-    assert_close(_run(before, feed), reference)
-    assert_close(_run(after, feed), reference)
-    _assert_tagged(after)
+    assert_close(run(before, feed), reference)
+    assert_close(run(after, feed), reference)
+    assert_every_binding_tagged(after)
     ops = [b.value.op.name for b in after["main"].body.blocks[0].bindings if isinstance(b.value, relax.Call)]
     assert ops.count("relax.nn.conv2d") == 3 and ops.count("relax.multiply") == 1
     assert "relax.nn.batch_norm" not in ops

@@ -11,16 +11,7 @@ from tvm_fuse import provenance
 from tvm_fuse.frontend.importer import import_onnx
 from tvm_fuse.transform.sum_to_add import SumToAdd
 
-
-def _module(params: dict, build) -> tvm.IRModule:
-    """`main(params...)` returning what `build(bb, *params)` emits, as the importer lays it out."""
-    bb = relax.BlockBuilder()
-    args = [relax.Var(name, relax.TensorType(shape, "float32")) for name, shape in params.items()]
-    with bb.function("main", args):
-        with bb.dataflow():
-            output = bb.emit_output(build(bb, *args))
-        bb.emit_func_output(output)
-    return bb.get()
+from .relax_modules import assert_every_binding_tagged, module, run
 
 
 def _stacked_sum(bb, terms, shape, stack_axis=0, sum_axis=0, keepdims=False):
@@ -30,10 +21,6 @@ def _stacked_sum(bb, terms, shape, stack_axis=0, sum_axis=0, keepdims=False):
     return bb.emit(relax.op.sum(stacked, axis=[sum_axis], keepdims=keepdims), "n0x")
 
 
-def _names(mod: tvm.IRModule) -> list[str]:
-    return [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
-
-
 PARAMS = {"x": (2, 3), "y": (1, 3), "z": (3,)}
 
 
@@ -41,8 +28,8 @@ def test_sum_of_three_becomes_two_adds():
     def expected(bb, x, y, z):
         return bb.emit(relax.op.add(bb.emit(relax.op.add(x, y), "n0x"), z), "n0x")
 
-    after = SumToAdd()(_module(PARAMS, lambda bb, x, y, z: _stacked_sum(bb, [x, y, z], (2, 3))))
-    tvm.ir.assert_structural_equal(after, _module(PARAMS, expected))
+    after = SumToAdd()(module(PARAMS, lambda bb, x, y, z: _stacked_sum(bb, [x, y, z], (2, 3))))
+    tvm.ir.assert_structural_equal(after, module(PARAMS, expected))
     assert [provenance.node_index(b.var) for b in after["main"].body.blocks[0].bindings[:2]] == [0, 0]
 
 
@@ -58,7 +45,7 @@ def test_a_constant_term_is_added_as_it_is():
     def expected(bb, x, y):
         return bb.emit(relax.op.add(bb.emit(relax.op.add(x, y), "n0x"), ones), "n0x")
 
-    tvm.ir.assert_structural_equal(SumToAdd()(_module(params, before)), _module(params, expected))
+    tvm.ir.assert_structural_equal(SumToAdd()(module(params, before)), module(params, expected))
 
 
 @pytest.mark.parametrize(
@@ -72,12 +59,12 @@ def test_a_constant_term_is_added_as_it_is():
     ids=["other_axis", "keepdims", "stacked_elsewhere", "plain_sum"],
 )
 def test_other_sums_are_left_alone(build):
-    before = _module(PARAMS, build)
+    before = module(PARAMS, build)
     tvm.ir.assert_structural_equal(SumToAdd()(before), before)
 
 
 def test_switched_off_by_name():
-    before = _module(PARAMS, lambda bb, x, y, z: _stacked_sum(bb, [x, y, z], (2, 3)))
+    before = module(PARAMS, lambda bb, x, y, z: _stacked_sum(bb, [x, y, z], (2, 3)))
     with tvm.transform.PassContext(disabled_pass=["tvm_fuse.SumToAdd"]):
         tvm.ir.assert_structural_equal(tvm.transform.Sequential([SumToAdd()])(before), before)
 
@@ -110,13 +97,9 @@ def test_matches_onnx_runtime(batch):
     before = relax.transform.FoldConstant()(import_onnx(model))
     after = SumToAdd()(before)
     assert _ops(after) == ["relax.add", "relax.add", "relax.nn.relu"]
-    main = after["main"]
-    for binding in (b for block in main.body.blocks for b in block.bindings):
-        if not binding.var.same_as(main.body.body):
-            assert provenance.node_index(binding.var) is not None, binding.var.name
+    assert_every_binding_tagged(after)
 
     feed = random_inputs({"x": (2, 3), "y": (1, 3), "z": (3,)})
     reference = ort_outputs(model, feed)
     for mod in (before, after):
-        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-        assert_close([vm["main"](*[tvm.runtime.tensor(v) for v in feed.values()]).numpy()], reference)
+        assert_close(run(mod, feed), reference)
