@@ -13,15 +13,20 @@ def vector_lanes(target: tvm.target.Target) -> int:
     return 16 if "avx512f" in isa_features(target) else 8
 
 
+def map_prim_funcs(mod: tvm.IRModule, schedule) -> tvm.IRModule:
+    """A copy of `mod` with each TIR function replaced by `schedule(name, func)`."""
+    scheduled = mod.clone()
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            scheduled.update_func(gvar, schedule(gvar.name_hint, func))
+    return scheduled
+
+
 def ApplySchedules(target: tvm.target.Target) -> tvm.transform.Pass:
     lanes = vector_lanes(target)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ApplySchedules")
     def apply_schedules(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        scheduled = mod.clone()
-        for gvar, func in mod.functions_items():
-            if isinstance(func, tvm.tirx.PrimFunc):
-                scheduled.update_func(gvar, apply(func, lanes))
-        return scheduled
+        return map_prim_funcs(mod, lambda _name, func: apply(func, lanes))
 
     return apply_schedules

@@ -19,6 +19,7 @@ from ..compute.conv import convolution
 from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
 from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
+from .rebind import mutate_functions
 
 _OPAQUE = 8  # relax OpPatternKind kOpaque
 
@@ -104,10 +105,8 @@ def LowerComposites(block: int) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerComposites")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         lowerer = _Lowerer(mod, block)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function) and PATTERN_ATTR not in (func.attrs or {}):
-                lowerer.builder_.update_func(gvar, lowerer.visit_expr(func))
-        lowered = lowerer.builder_.get()
+        lowered = mutate_functions(
+            mod, lowerer, lambda func: None if PATTERN_ATTR in (func.attrs or {}) else lowerer.visit_expr(func))
         # The composites are now dead.
         return relax.transform.DeadCodeElimination()(lowered)
 

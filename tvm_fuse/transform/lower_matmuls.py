@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 
 from ..compute.matmul import matmul
+from .rebind import mutate_functions
 
 KERNEL_ATTR = "tvm_fuse.kernel"  # PrimFunc attribute: which of our kernels it is
 
@@ -34,9 +35,6 @@ def LowerMatmuls() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerMatmuls")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         lowerer = _MatmulLowerer(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                lowerer.builder_.update_func(gvar, lowerer.visit_expr(func))
-        return lowerer.builder_.get()
+        return mutate_functions(mod, lowerer, lowerer.visit_expr)
 
     return lower

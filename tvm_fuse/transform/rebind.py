@@ -1,4 +1,5 @@
-"""Shared machinery of the canonicalization passes: a pass plans new values for some bindings
+"""Shared machinery of our Relax passes (`mutate_functions`), and of the canonicalization
+passes in particular: a pass plans new values for some bindings
 (`plan(func) -> {var: new value}`), and `Rebinder` gives each planned binding its new value
 while keeping its variable, so names and ONNX nodes (`provenance`) survive. TVM's
 `dpl.rewrite_call` would rename the final binding `gv` and nested calls `lv`."""
@@ -18,17 +19,29 @@ from .. import provenance
 Plan = Callable[[relax.Function], dict]
 
 
+def mutate_functions(mod: tvm.IRModule, mutator: PyExprMutator,
+                     rewrite: Callable[[relax.Function], relax.Function | None]) -> tvm.IRModule:
+    """`mod` with each Relax function replaced by `rewrite(func)` (None: left as it is), as
+    the block builder of `mutator` (made for `mod`) builds it."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            rewritten = rewrite(func)
+            if rewritten is not None:
+                mutator.builder_.update_func(gvar, rewritten)
+    return mutator.builder_.get()
+
+
 def rebind_pass(name: str, plan: Plan) -> tvm.transform.Pass:
     """A module pass that rewrites every Relax function by its `plan`."""
 
     def rewrite(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         rebinder = Rebinder(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                planned = plan(func)
-                if planned:
-                    rebinder.builder_.update_func(gvar, rebinder.rewrite(func, planned))
-        return rebinder.builder_.get()
+
+        def by_plan(func: relax.Function) -> relax.Function | None:
+            planned = plan(func)
+            return rebinder.rewrite(func, planned) if planned else None
+
+        return mutate_functions(mod, rebinder, by_plan)
 
     return tvm.transform.module_pass(rewrite, opt_level=0, name=name)
 

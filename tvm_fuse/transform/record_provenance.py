@@ -9,6 +9,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import provenance
+from .rebind import mutate_functions
 
 
 @mutator
@@ -26,9 +27,6 @@ def RecordProvenance() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RecordProvenance")
     def record(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         writer = _SpanWriter(mod)
-        for gvar, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                writer.builder_.update_func(gvar, writer.visit_expr(func))
-        return writer.builder_.get()
+        return mutate_functions(mod, writer, writer.visit_expr)
 
     return record

@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import same_type
+from .rebind import mutate_functions, same_type
 
 # Ops that only re-view their input's elements in row-major order: a chain of them that gets back
 # to an earlier shape returns that tensor (reshape to the same shape, expand_dims then squeeze).
@@ -41,10 +41,7 @@ def RemoveNoOps() -> tvm.transform.Pass:
 
 def _remove_noops(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     remover = _Remover(mod)
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            remover.builder_.update_func(gvar, remover.remove(func))
-    return remover.builder_.get()
+    return mutate_functions(mod, remover, remover.remove)
 
 
 def _source(var: relax.Var, value, values: dict) -> relax.Var | None:

@@ -10,23 +10,24 @@ from tvm import s_tir
 
 from ..patterns.table import PATTERN_ATTR
 from ..schedules import generic
-from .apply_schedules import vector_lanes
+from .apply_schedules import map_prim_funcs, vector_lanes
 from .lower_matmuls import KERNEL_ATTR
 
 
 def ScheduleGenericKernels(target: tvm.target.Target) -> tvm.transform.Pass:
     lanes = vector_lanes(target)
 
+    def schedule(name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+        if any(attr in (func.attrs or {}) for attr in (PATTERN_ATTR, KERNEL_ATTR)):
+            return func
+        try:
+            return generic.schedule(func, target, lanes)
+        except (s_tir.ScheduleError, tvm.error.InternalError) as error:
+            warnings.warn(f"generic schedule does not apply to {name}, left unscheduled: {error}")
+            return func
+
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ScheduleGenericKernels")
     def schedule_all(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        scheduled = mod.clone()
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or any(a in (func.attrs or {}) for a in (PATTERN_ATTR, KERNEL_ATTR)):
-                continue
-            try:
-                scheduled.update_func(gvar, generic.schedule(func, target, lanes))
-            except (s_tir.ScheduleError, tvm.error.InternalError) as error:
-                warnings.warn(f"generic schedule does not apply to {gvar.name_hint}, left unscheduled: {error}")
-        return scheduled
+        return map_prim_funcs(mod, schedule)
 
     return schedule_all
