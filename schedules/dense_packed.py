@@ -1,7 +1,7 @@
 """Dense layers with packed weights (`tvm_fuse.compute.matmul.dense_packed`): a tile of
-`row_tile` rows x one block of output columns (a vector register per row) accumulated in
-registers over the whole reduction, each step a broadcast input scalar times a contiguous
-weight vector; tiles in parallel; the fused epilogue applied to the tile before it is stored."""
+`row_tile` rows x `column_tile` blocks of output columns (a vector register each) accumulated
+in registers over the whole reduction, each step a broadcast input scalar times contiguous
+weight vectors; tiles in parallel; the fused epilogue applied to the tile before it is stored."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, inline_epilogue, vectorize_innermost
+from .common import accumulator_tile, divisor, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
 class DensePackedKnobs:
-    row_tile: int  # rows accumulated together: row_tile vector registers
+    row_tile: int  # rows accumulated together
+    column_tile: int = 1  # blocks of output columns accumulated together
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
-    rows = sch.get(sch.get_loops(block)[-3]).extent
-    return DensePackedKnobs(divisor(rows, [8, 6, 4, 2]))
+    *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    row_tile = divisor(rows, [8, 6, 4, 2])
+    return DensePackedKnobs(row_tile, accumulator_tile(columns // lanes, row_tile))
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:
@@ -27,13 +29,15 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     epilogue = inline_epilogue(sch, block)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
-    columns_out, columns_in = sch.split(columns, [None, lanes])
-    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, columns_in)
+    columns_out, column_blocks, columns_in = sch.split(columns, [None, knobs.column_tile, lanes])
+    # Each broadcast input feeds column_tile FMAs, each weight vector row_tile FMAs.
+    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_blocks, columns_in)
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, outer)
     sch.vectorize(columns_in)
+    sch.unroll(column_blocks)
     sch.unroll(rows_in)
     init = sch.decompose_reduction(block, reduction)
     vectorize_innermost(sch, init, lanes)

@@ -1,6 +1,6 @@
-"""Matrix products (`tvm_fuse.compute.matmul.matmul`): a tile of rows x one vector of columns
-accumulated in registers over the whole reduction, tiles in parallel, the fused epilogue
-applied per tile."""
+"""Matrix products (`tvm_fuse.compute.matmul.matmul`): a tile of rows x a few vectors of
+columns accumulated in registers over the whole reduction, tiles in parallel, the fused
+epilogue applied per tile."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, inline_epilogue, vectorize_innermost
+from .common import accumulator_tile, divisor, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
 class MatmulKnobs:
     column_vector: int  # output columns per vector
     row_tile: int  # output rows accumulated together
+    column_tile: int = 1  # column vectors accumulated together
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
-    *_, rows, columns, _ = sch.get_loops(block)
-    width = divisor(sch.get(columns).extent, [lanes >> s for s in range(lanes.bit_length())])
-    return MatmulKnobs(width, divisor(sch.get(rows).extent, [4, 2]))
+    *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    width = divisor(columns, [lanes >> s for s in range(lanes.bit_length())])
+    row_tile = divisor(rows, [4, 2])
+    return MatmulKnobs(width, row_tile, accumulator_tile(columns // width, row_tile))
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:
@@ -28,11 +30,12 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
     epilogue = inline_epilogue(sch, block)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
-    columns_out, columns_in = sch.split(columns, [None, knobs.column_vector])
-    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, columns_in)
+    columns_out, column_vectors, columns_in = sch.split(columns, [None, knobs.column_tile, knobs.column_vector])
+    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_vectors, columns_in)
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
     sch.unroll(rows_in)
+    sch.unroll(column_vectors)
     vector = knobs.column_vector > 1  # a single column leaves nothing to vectorize
     if vector:
         sch.vectorize(columns_in)

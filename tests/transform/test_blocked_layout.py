@@ -69,3 +69,13 @@ def test_outputs_the_block_does_not_divide_take_half_a_block_or_nchw(out_channel
     blocked = BlockedLayout(16)(_chain(out_channels))
     layouts = [str(c.attrs.out_layout) for c in _calls(blocked, "relax.nn.conv2d")]
     assert layouts == ["NCHW16c", out_layout]
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("in_channels, in_layout", [(24, "NCHW8c"), (20, "NCHW")])
+def test_inputs_the_block_does_not_divide_take_half_a_block_or_nchw(in_channels, in_layout):
+    mod = _chain(in_channels=in_channels)
+    blocked = BlockedLayout(16)(mod)
+    assert str(_calls(blocked, "relax.nn.conv2d")[0].attrs.data_layout) == in_layout
+    x = _RNG.standard_normal((1, in_channels, 16, 16)).astype("float32")
+    np.testing.assert_allclose(_run(mod, x, pipeline=True), _run(mod, x, pipeline=False), rtol=1e-4, atol=1e-4)

@@ -4,8 +4,8 @@ TVM's `ConvertLayout` rewrites each conv and propagates the layout through the o
 follow (elementwise ops, residual adds, pooling, concat along channels, reductions), so
 `layout_transform` is left only where a chain enters or leaves the blocked layout. The weights'
 transforms are constants, folded at build time. Fewer input channels than a block (an image's
-3) are one block of their own; output channels take the block or half of it; a conv
-whose outputs neither divides keeps NCHW (and its NCHW kernel), as do grouped convs other than
+3) are one block of their own; other channel counts take the block or half of it; a conv
+whose channels neither divides keeps NCHW (and its NCHW kernel), as do grouped convs other than
 depthwise.
 """
 
@@ -34,12 +34,10 @@ def _layouts(block: int):
         channels, outputs, groups = int(channels), int(outputs), int(attrs.groups)
         if groups == 1:
             # Fewer input channels than a block (an image's 3) form one block of their own;
-            # outputs take the widest block that divides them (1000 classes: 8).
-            if channels % block and channels > block:
-                return _KEEP  # TVM's layout conversion fails on some such blocks (NCHW24c)
-            inputs = block if channels % block == 0 else channels
-            out_block = next((b for b in (block, block // 2) if outputs % b == 0), None)
-            if out_block is None:
+            # otherwise inputs and outputs take the widest block that divides them (24: 8).
+            inputs = channels if channels < block else _widest_block(channels, block)
+            out_block = _widest_block(outputs, block)
+            if inputs is None or out_block is None:
                 return _KEEP
             return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{out_block}o", f"NCHW{out_block}c"]}
         if groups == channels == outputs and outputs % block == 0:  # depthwise
@@ -47,6 +45,11 @@ def _layouts(block: int):
         return _KEEP
 
     return choose
+
+
+def _widest_block(channels: int, block: int) -> int | None:
+    """The vector width or half of it, whichever divides `channels` first."""
+    return next((b for b in (block, block // 2) if channels % b == 0), None)
 
 
 def BlockedLayout(block: int) -> tvm.transform.Pass:
