@@ -2,9 +2,10 @@
 
 The two alternate in short blocks (a few runs of ours, a few of theirs, ...) so that a noisy
 neighbour on a shared machine slows both alike; the ratio of medians is the figure to read,
-not the times. Each block starts with an untimed run: both runtimes keep their idle threads
-spinning for a while after a run (their default, as deployed), which would otherwise take the
-cores from the other runtime's first run.
+not the times. Both runtimes keep their idle threads spinning after a run (their default, as
+deployed), which can outlast a whole block of a light model and take the cores from the other
+runtime's runs (ONNX Runtime's transformer times jumped from 2.2 to 7.6 ms). Each block therefore
+starts after a pause long enough for the other's threads to go to sleep, then an untimed run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import onnx
 
 from .benchmark import Latency
 from .compiled_model import CompiledModel, set_num_threads
+
+SETTLE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ def compare(model: CompiledModel, onnx_model: onnx.ModelProto, feed: dict,
     while len(times["ours"]) < repeat:
         count = min(block, repeat - len(times["ours"]))
         for name, run in runners.items():
-            run()  # untimed: lets the other runtime's spinning threads go idle
+            time.sleep(SETTLE_S)  # the other runtime's spinning threads go to sleep
+            run()  # untimed: wakes this runtime's threads
             for _ in range(count):
                 start = time.perf_counter()
                 run()
