@@ -13,7 +13,7 @@ import warnings
 import tvm
 from tvm import s_tir
 
-from . import conv_nchw, conv_nchwc, dense_packed, matmul
+from . import conv_nchw, conv_nchwc, dense_packed, matmul, winograd_nchwc
 from .common import anchor_block
 
 RULES = {
@@ -22,6 +22,7 @@ RULES = {
     "tvm_fuse.depthwise_nchwc": conv_nchwc.schedule_depthwise,
     "tvm_fuse.matmul": matmul.schedule,
     "tvm_fuse.dense_packed": dense_packed.schedule,
+    "tvm_fuse.winograd_nchwc": winograd_nchwc.schedule,
 }
 
 

@@ -1,14 +1,17 @@
 """The tvm-fuse command, run as a user runs it."""
 
+import json
 import subprocess
 import sys
 
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import AVX512_TARGET, tiny_model
 from tvm_fuse import cli
+from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
 
 def tvm_fuse_cmd(*args, cwd=None):
@@ -69,3 +72,19 @@ def test_errors_are_one_line_not_a_traceback(args, message, tmp_path):
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_no_winograd_keeps_every_conv_direct(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(WINOGRAD_SWITCH, "0")  # on; restored after the test, as main() sets it
+    weight = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32) / 72, "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "conv3x3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 28, 28])], [weight])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    names = {}
+    for flags in ([], ["--no-winograd"]):
+        assert cli.main(["explain", str(path), "--json", *flags]) == 0
+        names[bool(flags)] = [k["name"] for k in json.loads(capsys.readouterr().out)["kernels"]]
+    assert names == {False: ["winograd4_conv2d"], True: ["conv2d"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from .explain import FusionReport
 from .frontend.load import load_model
 from .patterns.table import FAMILIES
 from .target import host_cores, target_string
+from .transform.lower_composites import WINOGRAD_SWITCH
 
 DEFAULT_MODEL = "resnet50"
 
@@ -147,6 +149,8 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--disable-fusion", action="append", metavar="FAMILY",
                          help=f"leave a fusion family unfused (repeatable): {', '.join(FAMILIES)}, or all; "
                               "TVM_FUSE_DISABLE_FUSE_<FAMILY>=1 does the same")
+        sub.add_argument("--no-winograd", action="store_true",
+                         help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)
         return sub
 
@@ -173,6 +177,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.no_winograd:
+        os.environ[WINOGRAD_SWITCH] = "1"
     try:
         return args.func(args)
     except (TvmFuseError, ValueError, ImportError) as error:

@@ -8,12 +8,13 @@ import tvm
 from tvm import relax
 
 from tests.patterns.chains import chain
+from tests.transform.relax_modules import module, run
 from tvm_fuse import provenance
 from tvm_fuse.patterns.table import PATTERN_ATTR
 from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.fuse_patterns import FusePatterns
-from tvm_fuse.transform.lower_composites import LowerComposites
+from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH, LowerComposites
 from tvm_fuse.transform.record_provenance import RecordProvenance
 
 CALL_TIR = tvm.ir.Op.get("relax.call_tir")
@@ -55,3 +56,36 @@ def test_the_fused_kernel_computes_what_the_ops_did(anchor, steps):
     fused = optimize(mod, target)
     assert len(kernel_calls(fused)) == 1
     np.testing.assert_allclose(_run(fused, target, inputs), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
+
+
+def _residual_3x3(side: int) -> tvm.IRModule:
+    """conv 3x3 (16 -> 16 channels, side x side) + bias + relu + residual add."""
+    rng = np.random.default_rng(2)
+
+    def const(*shape):
+        return relax.const((rng.standard_normal(shape) / 12).astype("float32"))
+
+    def build(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, const(16, 16, 3, 3), padding=1))
+        relu = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, const(1, 16, 1, 1)))))
+        return bb.emit(relax.op.add(relu, x))
+
+    return module({"x": (1, 16, side, side)}, build)
+
+
+@pytest.mark.parametrize("side, kernel_prefix", [(28, "winograd4_"), (14, "winograd2_"), (7, "conv2d")])
+def test_3x3_convs_large_enough_run_as_winograd_and_compute_the_same(side, kernel_prefix):
+    mod = _residual_3x3(side)
+    target = parse_target("llvm")
+    fused = optimize(mod, target)
+    (call,) = kernel_calls(fused)
+    assert call.args[0].name_hint.startswith(kernel_prefix)
+    x = np.random.default_rng(3).standard_normal((1, 16, side, side)).astype("float32")
+    (reference,) = run(mod, {"x": x})
+    np.testing.assert_allclose(_run(fused, target, [x]), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
+
+
+def test_the_switch_keeps_the_direct_conv(monkeypatch):
+    monkeypatch.setenv(WINOGRAD_SWITCH, "1")
+    (call,) = kernel_calls(optimize(_residual_3x3(28), parse_target("llvm")))
+    assert call.args[0].name_hint.startswith("conv2d")

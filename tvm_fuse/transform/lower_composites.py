@@ -2,12 +2,19 @@
 built from our tensor-expression computes (`tvm_fuse.compute`), the anchor followed by its
 post-ops as elementwise stages that the schedule inlines into the anchor's output loop.
 
+Constant weights are rearranged here, once, at build time: dense weights packed in blocks of
+output columns, and the weights of 3x3 stride-1 blocked convs with outputs large enough to
+pay transformed for Winograd (`TVM_FUSE_DISABLE_WINOGRAD=1` keeps the direct conv).
+
 The kernel is marked opaque so TVM's generic `FuseOps` never merges more ops into it: what is
 fused is exactly what the table matched. The kernel's attributes record its pattern, and the span of
 each call the ONNX nodes it covers, for the fusion report.
 """
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import tvm
 from tvm import relax, te
@@ -18,27 +25,45 @@ from ..compute import epilogue
 from ..compute.conv import convolution
 from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
+from ..compute.winograd_nchwc import (
+    KERNEL,
+    choose_tile,
+    conv2d_winograd_nchwc,
+    transform_weight,
+)
 from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
 from .rebind import mutate_functions
 
 _OPAQUE = 8  # relax OpPatternKind kOpaque
 
 
-def _anchor(call: relax.Call, data: te.Tensor, weight: te.Tensor, packed: bool) -> te.Tensor:
+@dataclass(frozen=True)
+class _Weight:
+    """The anchor's weight as rearranged at build time: its parameter position, the new
+    constant, and for a conv the Winograd tile it was transformed for (a dense weight is
+    packed by `pack_dense_weight`)."""
+
+    position: int
+    value: relax.Constant
+    winograd_tile: int | None = None
+
+
+def _anchor(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearranged: _Weight | None) -> te.Tensor:
     if call.op.name == "relax.matmul":
-        return dense_packed(data, weight) if packed else matmul(data, weight)
+        return dense_packed(data, weight) if rearranged else matmul(data, weight)
     attrs = call.attrs
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
     if str(attrs.data_layout) in ("NCW", "NCHW"):
         return convolution(data, weight, *geometry, int(attrs.groups))
+    if rearranged:
+        return conv2d_winograd_nchwc(data, weight, geometry[1], rearranged.winograd_tile)
     if int(attrs.groups) == 1:  # NCHW{c}c, see transform.blocked_layout
         return conv2d_nchwc(data, weight, *geometry)
     return depthwise_conv2d_nchwc(data, weight, *geometry)
 
 
-def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var], packed: bool):
-    """A `call_te` function computing the composite's body on te tensors, binding by binding;
-    `packed`: the anchor's weight comes packed (`pack_dense_weight`)."""
+def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var], rearranged: _Weight | None):
+    """A `call_te` function computing the composite's body on te tensors, binding by binding."""
     (block,) = body.blocks
 
     def compute(*tensors):
@@ -50,31 +75,49 @@ def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var], packed: bool):
         for index, binding in enumerate(block.bindings):
             call = binding.value
             args = [operand(a) for a in call.args]
-            values[binding.var] = (_anchor(call, *args, packed) if index == 0
+            values[binding.var] = (_anchor(call, *args, rearranged) if index == 0
                                    else epilogue.apply(call.op.name, args, call.attrs))
         return values[body.body]
 
     return compute
 
 
-def _packed_weight(func: relax.Function, args, block: int):
-    """(position, packed constant) when the anchor is a dense layer whose N the block divides."""
+def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -> _Weight | None:
+    """The anchor's constant weight rearranged for its kernel, or None to keep it as it is."""
     anchor = func.body.blocks[0].bindings[0].value
-    if anchor.op.name != "relax.matmul":
-        return None
     position = next(i for i, p in enumerate(func.params) if p.same_as(anchor.args[1]))
     weight = args[position]
-    if not isinstance(weight, GenericConst) or weight.ty.ndim != 2 or int(weight.ty.shape[1]) % block:
+    if not isinstance(weight, GenericConst):
         return None
-    return position, relax.const(pack_dense_weight(weight.value.numpy(), block))
+    if anchor.op.name == "relax.matmul":
+        if weight.ty.ndim != 2 or int(weight.ty.shape[1]) % block:
+            return None
+        return _Weight(position, relax.const(pack_dense_weight(weight.value.numpy(), block)))
+    tile = _winograd_tile(anchor) if winograd else None
+    if tile is None:
+        return None
+    return _Weight(position, relax.const(transform_weight(weight.value.numpy(), tile)), winograd_tile=tile)
+
+
+def _winograd_tile(conv: relax.Call) -> int | None:
+    """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv (`choose_tile`)."""
+    attrs = conv.attrs
+    data, weight = (None if arg.ty.shape is None else list(arg.ty.shape) for arg in conv.args)
+    if (str(attrs.data_layout) in ("NCW", "NCHW") or int(attrs.groups) != 1 or weight is None
+            or [int(d) for d in weight[2:4]] != [KERNEL, KERNEL]
+            or any(int(s) != 1 for s in attrs.strides) or any(int(d) != 1 for d in attrs.dilation)):
+        return None
+    top, left, bottom, right = (int(p) for p in attrs.padding)
+    return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1)
 
 
 @relax.expr_functor.mutator
 class _Lowerer(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, block: int):
+    def __init__(self, mod: tvm.IRModule, block: int, winograd: bool):
         super().__init__(mod)
         self.mod = mod
         self.block = block
+        self.winograd = winograd
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
@@ -85,13 +128,14 @@ class _Lowerer(relax.PyExprMutator):
             return call
         pattern = str(func.attrs[PATTERN_ATTR])
         args = list(call.args)
-        packed = _packed_weight(func, args, self.block)
-        if packed is not None:  # packed once here, at build time
-            args[packed[0]] = packed[1]
+        rearranged = _rearranged_weight(func, args, self.block, self.winograd)
+        if rearranged is not None:
+            args[rearranged.position] = rearranged.value
+        winograd = f"winograd{rearranged.winograd_tile}_" if rearranged and rearranged.winograd_tile else ""
         kernel = self.builder_.call_te(
-            _kernel_compute(func.body, list(func.params), packed is not None),
+            _kernel_compute(func.body, list(func.params), rearranged),
             *args,
-            primfunc_name_hint=pattern.replace("+", "_"),
+            primfunc_name_hint=winograd + pattern.replace("+", "_"),
             primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": _OPAQUE},
         )
         # Kernels of equal shape share one function; each call site records its own nodes.
@@ -100,11 +144,16 @@ class _Lowerer(relax.PyExprMutator):
         return self.builder_.normalize(located)
 
 
+WINOGRAD_SWITCH = "TVM_FUSE_DISABLE_WINOGRAD"
+
+
 def LowerComposites(block: int) -> tvm.transform.Pass:
     """`block`: the vector width in fp32 lanes, by which dense weights are packed."""
+    winograd = os.environ.get(WINOGRAD_SWITCH, "").strip().lower() in ("", "0", "false", "no", "off")
+
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerComposites")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        lowerer = _Lowerer(mod, block)
+        lowerer = _Lowerer(mod, block, winograd)
         lowered = mutate_functions(
             mod, lowerer, lambda func: None if PATTERN_ATTR in (func.attrs or {}) else lowerer.visit_expr(func))
         # The composites are now dead.
