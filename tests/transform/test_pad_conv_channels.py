@@ -1,0 +1,56 @@
+"""A conv head of 1000 channels computes 1024 with zero weights, cut back after its chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from tests.transform.relax_modules import module, run
+from tvm_fuse.transform.pad_conv_channels import PadConvChannels
+
+_RNG = np.random.default_rng(0)
+
+
+def _const(*shape):
+    return relax.const(_RNG.standard_normal(shape).astype("float32"))
+
+
+def _head(channels: int, second_reader: bool = False) -> tvm.IRModule:
+    """conv 1x1 (8 -> channels) + bias + relu [+ the relu read twice] -> mean."""
+
+    def build(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, _const(channels, 8, 1, 1)))
+        relu = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, _const(1, channels, 1, 1)))))
+        if second_reader:
+            relu = bb.emit(relax.op.add(relu, relax.op.sigmoid(relu)))
+        return bb.emit(relax.op.mean(relu, axis=[2, 3]))
+
+    return module({"x": (1, 8, 5, 5)}, build)
+
+
+def _ops(mod) -> list[str]:
+    return [b.value.op.name for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call)]
+
+
+@pytest.mark.parametrize("second_reader", [False, True])
+def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
+    mod = _head(1000, second_reader)
+    padded = PadConvChannels(16)(mod)
+    ops = _ops(padded)
+    # The cut follows the relu either way: only the relu has a second reader.
+    assert ops[:4] == ["relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.strided_slice"]
+    conv = next(b.value for block in padded["main"].body.blocks for b in block.bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d")
+    assert [int(d) for d in conv.ty.shape] == [1, 1024, 5, 5]
+    x = _RNG.standard_normal((1, 8, 5, 5)).astype("float32")
+    np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels", [24, 20, 64])
+def test_channel_counts_padding_would_cost_much_are_left_alone(channels):
+    mod = _head(channels)
+    assert tvm_ffi.structural_equal(PadConvChannels(16)(mod), mod)
