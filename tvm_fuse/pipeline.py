@@ -77,8 +77,10 @@ def kernels(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tr
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
     ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
-    return (cpu_generic.library_dispatch_passes(target) + cpu_generic.legalize_passes(target)
-            + [ScheduleGenericKernels(target)])
+    # exp, erf, tanh and softmax as TVM's vectorizable approximations: the exact ones are a
+    # scalar libm call per element (ONNX Runtime approximates them too).
+    return ([relax.transform.FastMathTransform()] + cpu_generic.library_dispatch_passes(target)
+            + cpu_generic.legalize_passes(target) + [ScheduleGenericKernels(target)])
 
 
 def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:

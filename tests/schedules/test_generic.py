@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import te, topi
+from tvm import relax, te, topi
 from tvm_fuse.schedules import generic
 
+from tests.transform.relax_modules import module
+from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
 from tvm_fuse.target import parse_target
 
 
@@ -33,3 +35,19 @@ def test_a_pooling_kernel_is_parallel_and_still_correct():
     kernel(tvm.runtime.tensor(data), out)
     expected = data.reshape(1, 4, 8, 2, 8, 2, 16).max(axis=(3, 5))
     np.testing.assert_array_equal(out.numpy(), expected)
+
+
+def test_softmax_runs_as_the_fast_approximation_within_fp32_noise():
+    def build(bb, x):
+        return bb.emit(relax.op.nn.softmax(x, axis=-1))
+
+    mod = module({"x": (4, 128)}, build)
+    target = parse_target("llvm")
+    kernels = lowered(optimize(mod, target), target)
+    assert [gv.name_hint for gv, f in kernels.functions_items() if isinstance(f, tvm.tirx.PrimFunc)] == ["fast_softmax"]
+    executable = tvm.compile(kernels, target=target, relax_pipeline=finalizing_pipeline(target))
+    x = np.random.default_rng(0).uniform(-20, 20, (4, 128)).astype("float32")
+    out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    expected = np.exp(x - x.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
