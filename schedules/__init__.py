@@ -3,12 +3,15 @@
 Compute definitions live in the package (`tvm_fuse.compute`), their schedules here, so each
 can change without the other. A kernel's anchor block names its schedule in its
 `schedule_rule` attribute; `apply` dispatches on it. Every schedule takes its knobs as a frozen
-dataclass with a heuristic default, so a tuner can enumerate them.
+dataclass with a heuristic default, and lists the settings a tuner may try (`knob_space`).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import NamedTuple
 
 import tvm
 from tvm import s_tir
@@ -16,27 +19,61 @@ from tvm import s_tir
 from . import conv_nchw, conv_nchwc, dense_packed, matmul, winograd_nchwc
 from .common import anchor_block
 
+class Rule(NamedTuple):
+    schedule: Callable  # (sch, block, lanes, knobs=None)
+    knobs: type  # the knobs' frozen dataclass
+    default: Callable  # (sch, block, lanes) -> knobs for shapes never tuned
+    space: Callable  # (sch, block, lanes) -> every knob setting a tuner may try
+
+
 RULES = {
-    "tvm_fuse.conv_nchw": conv_nchw.schedule,
-    "tvm_fuse.conv_nchwc": conv_nchwc.schedule,
-    "tvm_fuse.depthwise_nchwc": conv_nchwc.schedule_depthwise,
-    "tvm_fuse.matmul": matmul.schedule,
-    "tvm_fuse.dense_packed": dense_packed.schedule,
-    "tvm_fuse.winograd_nchwc": winograd_nchwc.schedule,
+    "tvm_fuse.conv_nchw": Rule(conv_nchw.schedule, conv_nchw.ConvKnobs, conv_nchw.default_knobs, conv_nchw.knob_space),
+    "tvm_fuse.conv_nchwc": Rule(conv_nchwc.schedule, conv_nchwc.ConvNCHWcKnobs, conv_nchwc.default_knobs,
+                                conv_nchwc.knob_space),
+    "tvm_fuse.depthwise_nchwc": Rule(conv_nchwc.schedule_depthwise, conv_nchwc.DepthwiseNCHWcKnobs,
+                                     conv_nchwc.default_depthwise_knobs, conv_nchwc.depthwise_knob_space),
+    "tvm_fuse.matmul": Rule(matmul.schedule, matmul.MatmulKnobs, matmul.default_knobs, matmul.knob_space),
+    "tvm_fuse.dense_packed": Rule(dense_packed.schedule, dense_packed.DensePackedKnobs, dense_packed.default_knobs,
+                                  dense_packed.knob_space),
+    "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
+                                    winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
 }
+KNOBS_ATTR = "tvm_fuse.knobs"  # on a scheduled kernel: "tuned" (from a record) or "default"
 
 
-def apply(func: tvm.tirx.PrimFunc, vector_lanes: int) -> tvm.tirx.PrimFunc:
-    """`func` scheduled by the rule its anchor block names; unchanged if it names none."""
+def apply(func: tvm.tirx.PrimFunc, vector_lanes: int, knobs: dict | None = None) -> tvm.tirx.PrimFunc:
+    """`func` scheduled by the rule its anchor block names, with `knobs` (a tuning record's)
+    or the rule's default; unchanged if it names no rule."""
     sch = s_tir.Schedule(func)
     found = anchor_block(sch)
     if found is None:
         return func
-    block, rule = found
+    block, name = found
+    rule = RULES[name]
+    if knobs is not None:
+        try:
+            rule.schedule(sch, block, vector_lanes, rule.knobs(**knobs))
+            return sch.mod["main"].with_attr(KNOBS_ATTR, "tuned")
+        except (TypeError, s_tir.ScheduleError, tvm.error.InternalError) as error:
+            warnings.warn(f"tuned knobs {knobs} do not fit this {name} kernel, using the default: {error}")
+            sch = s_tir.Schedule(func)
+            block, _ = anchor_block(sch)
     try:
-        RULES[rule](sch, block, vector_lanes)
+        rule.schedule(sch, block, vector_lanes)
     except (s_tir.ScheduleError, tvm.error.InternalError) as error:
         # Still correct, only slow: say so rather than fail the build.
-        warnings.warn(f"schedule {rule} does not apply to this kernel, left unscheduled: {error}")
+        warnings.warn(f"schedule {name} does not apply to this kernel, left unscheduled: {error}")
         return func
-    return sch.mod["main"]
+    return sch.mod["main"].with_attr(KNOBS_ATTR, "default")
+
+
+def knob_space(func: tvm.tirx.PrimFunc, vector_lanes: int) -> list[dict]:
+    """Every knob setting of `func`'s schedule, its default first ([] without a rule)."""
+    sch = s_tir.Schedule(func)
+    found = anchor_block(sch)
+    if found is None:
+        return []
+    block, name = found
+    rule = RULES[name]
+    default = asdict(rule.default(sch, block, vector_lanes))
+    return [default] + [k for k in map(asdict, rule.space(sch, block, vector_lanes)) if k != default]

@@ -49,3 +49,11 @@ def accumulator_tile(vectors, row_tile: int) -> int:
     up to 16 accumulators, and several even for one row, whose FMAs would otherwise wait on
     each other (measured on the benchmark models' dense layers and attention products)."""
     return divisor(vectors, range(min(5, 16 // row_tile), 0, -1))
+
+
+def divisors(extent, limit: int) -> list[int]:
+    """The divisors of `extent` up to `limit`, ascending ([1] for a symbolic extent)."""
+    value = getattr(extent, "value", extent)
+    if not isinstance(value, int):
+        return [1]
+    return [d for d in range(1, min(value, limit) + 1) if value % d == 0]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, inline_epilogue, vectorize_innermost
+from .common import divisor, divisors, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,13 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvKnobs:
     rank = (len(loops) - 3) // 2
     width, channels = sch.get(loops[1 + rank]).extent, sch.get(loops[1]).extent
     return ConvKnobs(divisor(width, [lanes >> s for s in range(lanes.bit_length())]), divisor(channels, [4, 2]))
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvKnobs]:
+    loops = sch.get_loops(block)
+    rank = (len(loops) - 3) // 2
+    width, channels = sch.get(loops[1 + rank]).extent, sch.get(loops[1]).extent
+    return [ConvKnobs(w, c) for w in divisors(width, lanes) for c in divisors(channels, 8)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvKnobs | None = None) -> None:

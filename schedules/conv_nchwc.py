@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, inline_epilogue, vectorize_innermost
+from .common import divisor, divisors, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,20 @@ def default_depthwise_knobs(sch: s_tir.Schedule, block, lanes: int) -> Depthwise
     # pixel at a time took half the time of any tile over a padded copy (which is as large
     # as the input, and these layers are bound by memory).
     return DepthwiseNCHWcKnobs(width_tile=1, inline_padding=True)
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
+    """Every register tile of at most 28 accumulators the loop extents divide."""
+    loops = sch.get_loops(block)
+    chunks, width, kernel_w = (sch.get(loops[axis]).extent for axis in (1, 3, 7))
+    unrolls = (False, True) if _static(kernel_w) > 1 else (False,)
+    return [ConvNCHWcKnobs(w, c, u) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28
+            for u in unrolls]
+
+
+def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:
+    width = sch.get(sch.get_loops(block)[3]).extent
+    return [DepthwiseNCHWcKnobs(w, u, p) for w in divisors(width, 16) for u in (False, True) for p in (False, True)]
 
 
 def _static(extent) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulator_tile, divisor, inline_epilogue, vectorize_innermost
+from .common import accumulator_tile, divisor, divisors, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,11 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
     row_tile = divisor(rows, [8, 6, 4, 2])
     return DensePackedKnobs(row_tile, accumulator_tile(columns // lanes, row_tile))
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DensePackedKnobs]:
+    *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(columns // lanes, 5) if r * c <= 28]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:

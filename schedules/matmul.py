@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulator_tile, divisor, inline_epilogue, vectorize_innermost
+from .common import accumulator_tile, divisor, divisors, inline_epilogue, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,14 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
     width = divisor(columns, [lanes >> s for s in range(lanes.bit_length())])
     row_tile = divisor(rows, [4, 2])
     return MatmulKnobs(width, row_tile, accumulator_tile(columns // width, row_tile))
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
+    default = default_knobs(sch, block, lanes)
+    *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    vectors = columns // default.column_vector
+    return [MatmulKnobs(default.column_vector, r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5)
+            if r * c <= 28]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:

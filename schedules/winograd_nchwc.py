@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, vectorize_innermost
+from .common import divisor, divisors, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,11 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> WinogradKnobs:
     _, _, _, chunks, tiles, *_ = (sch.get(loop).extent for loop in sch.get_loops(block))
     channel_tile = divisor(chunks, (2, 1))
     return WinogradKnobs(divisor(tiles, range(min(14, 28 // channel_tile), 0, -1)), channel_tile)
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[WinogradKnobs]:
+    _, _, _, chunks, tiles, *_ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    return [WinogradKnobs(t, c) for c in divisors(chunks, 4) for t in divisors(tiles, 16) if t * c <= 28]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs | None = None) -> None:

@@ -20,7 +20,7 @@ def tvm_fuse_cmd(*args, cwd=None):
     )
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"], ["explain"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"], ["explain"], ["tune"]])
 def test_help_documents_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main([*command, "--help"])

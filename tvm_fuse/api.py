@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import tvm
 
 from . import artifact
 from .compiled_model import CompiledModel, set_num_threads
 from .errors import CompileError
-from .explain import count_kernel_calls, fusion_report
+from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend.fixups import apply_fixups
 from .frontend.importer import (
     graph_inputs,
@@ -21,6 +22,7 @@ from .frontend.load import load_model
 from .patterns.switches import disabled_families
 from .pipeline import finalizing_pipeline, lowered, optimize
 from .target import isa_features, parse_target, target_string
+from .tuning.database import TuningDatabase, log_paths
 
 
 def build(
@@ -30,6 +32,7 @@ def build(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     num_threads: int | None = None,
     disable_fusion: Iterable[str] | str | None = None,
+    tuning_logs: Iterable[str | Path] | str | Path | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model for an x86 CPU.
 
@@ -44,6 +47,10 @@ def build(
         disable_fusion: fusion families to leave unfused, e.g. `["conv_sum", "fc_relu"]`, or
             `"all"`; added to those the `TVM_FUSE_DISABLE_FUSE_<FAMILY>=1` variables turn off.
             Results are the same either way; only the kernel count and speed change.
+        tuning_logs: tuning logs (files, or folders of `*.jsonl`) whose best records set our
+            kernels' knobs. Default: those in `TVM_FUSE_TUNING_LOGS` (separated by
+            `os.pathsep`), else the logs shipped with tvm_fuse. Kernels without a record keep
+            their heuristic defaults; the fusion report counts both.
 
     Raises:
         ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
@@ -51,14 +58,12 @@ def build(
     """
     tvm_target = parse_target(target)
     disabled = disabled_families(disable_fusion)
-    onnx_model = load_model(model)
-    if input_shapes:
-        onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
-    onnx_model = apply_fixups(onnx_model)
-    mod = import_onnx(onnx_model)
+    tuning = TuningDatabase.load(log_paths(tuning_logs))
+    onnx_model, mod = relax_module(model, input_shapes)
     try:
-        mod = optimize(mod, tvm_target, disabled)
+        mod = optimize(mod, tvm_target, disabled, tuning)
         report = fusion_report(mod, onnx_model, disabled)
+        report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
         report.kernel_calls = count_kernel_calls(mod)
         executable = tvm.compile(mod, target=tvm_target, relax_pipeline=finalizing_pipeline(tvm_target))
@@ -74,6 +79,15 @@ def build(
         isa_features(tvm_target),
         report,
     )
+
+
+def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None):
+    """(the ONNX model as imported, its Relax module): loaded, shapes fixed, fixed up, imported."""
+    onnx_model = load_model(model)
+    if input_shapes:
+        onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
+    onnx_model = apply_fixups(onnx_model)
+    return onnx_model, import_onnx(onnx_model)
 
 
 def load(path) -> CompiledModel:

@@ -19,6 +19,8 @@ from .frontend.load import load_model
 from .patterns.table import FAMILIES
 from .target import host_cores, target_string
 from .transform.lower_composites import WINOGRAD_SWITCH
+from .tuning.database import ENV_LOGS
+from .tuning.tune import tune
 
 DEFAULT_MODEL = "resnet50"
 
@@ -59,7 +61,7 @@ def _load_onnx(spec: str, batch: int):
 def _build(args):
     source = _load_onnx(args.model, args.batch)
     return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
-                     disable_fusion=args.disable_fusion)
+                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs)
 
 
 def cmd_build(args) -> int:
@@ -98,10 +100,17 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    tune(_load_onnx(args.model, args.batch), target=args.target, trials=args.trials, log_dir=args.log_dir,
+         timeout=args.timeout, repeat=args.repeat, input_shapes=dict(args.input_shape or []),
+         disable_fusion=args.disable_fusion)
+    return 0
+
+
 def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
-                      disable_fusion=args.disable_fusion)
+                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs)
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
@@ -149,6 +158,10 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--disable-fusion", action="append", metavar="FAMILY",
                          help=f"leave a fusion family unfused (repeatable): {', '.join(FAMILIES)}, or all; "
                               "TVM_FUSE_DISABLE_FUSE_<FAMILY>=1 does the same")
+        if name != "tune":
+            sub.add_argument("--tuning-logs", action="append", metavar="PATH",
+                             help=f"tuning log or folder of *.jsonl logs (repeatable); default: ${ENV_LOGS}, "
+                                  "else the logs shipped with tvm_fuse")
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)
@@ -166,6 +179,14 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help='print JSON: {"kernels": [{"name", "pattern", "onnx_nodes"}], "unfused": '
                               '[{"onnx_node", "op_type", "reason"}], "folded": [...], "layout_transforms": N}')
+
+    tune_ = command("tune", cmd_tune, "measure knob settings of the model's kernels and append them to a tuning log")
+    tune_.add_argument("--trials", type=int, default=100, help="new settings to measure, over all kernels (default 100)")
+    tune_.add_argument("--log-dir", default="tuning_logs",
+                       help="where the log goes, one file per CPU: <isa class>-<mcpu>.jsonl (default tuning_logs)")
+    tune_.add_argument("--timeout", type=float, default=60.0,
+                       help="seconds a candidate may take to build and run before it is recorded as failed (default 60)")
+    tune_.add_argument("--repeat", type=int, default=10, help="timed runs per candidate, median kept (default 10)")
 
     bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
     bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")

@@ -21,6 +21,7 @@ from .compute import epilogue
 from .frontend.fixups import user_node_name
 from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
+from .schedules import KNOBS_ATTR
 from .transform.lower_matmuls import KERNEL_ATTR
 from .transform.rebind import use_counts
 
@@ -35,6 +36,8 @@ class FusionReport:
     layout_transforms: int = 0
     kernel_calls: int = 0  # every kernel a run calls, fused or not
     disabled_families: list[str] = field(default_factory=list)
+    tuned_kernels: int = 0  # distinct kernels of ours scheduled with a tuning record's knobs
+    default_kernels: int = 0  # ... with their schedule's heuristic default
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,6 +57,8 @@ class FusionReport:
         lines.append(f"{self.layout_transforms} layout transforms")
         if self.disabled_families:
             lines.append(f"disabled fusion families: {', '.join(self.disabled_families)}")
+        lines.append(f"{self.tuned_kernels} kernels scheduled from tuning records, "
+                     f"{self.default_kernels} with default knobs")
         return "\n".join(lines)
 
 
@@ -102,6 +107,13 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             report.folded.append({"onnx_node": label, "op_type": op_types[label],
                                   "reason": "no run-time work: computed at build time, or removed as a no-op"})
     return report
+
+
+def count_tuned_kernels(mod: tvm.IRModule) -> tuple[int, int]:
+    """(tuned, default): our distinct kernels in `mod` by where their knobs came from."""
+    sources = Counter(str(func.attrs[KNOBS_ATTR]) for _, func in mod.functions_items()
+                      if isinstance(func, tvm.tirx.PrimFunc) and func.attrs and KNOBS_ATTR in func.attrs)
+    return sources["tuned"], sources["default"]
 
 
 def count_kernel_calls(mod: tvm.IRModule) -> int:

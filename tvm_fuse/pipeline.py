@@ -1,10 +1,10 @@
 """The compilation pipeline, phase by phase, top to bottom.
 
 Each phase is a function returning named TVM passes, so `PassContext(disabled_pass=[...])`
-can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `PHASES`, up to the
-fused graph the fusion report reads; `legalize` lowers the other ops to kernels; `finalize`
-turns that into what the VM runs. Later phases (blocked layouts, quantization) slot in
-between `fuse` and `kernels`.
+can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `PHASES`, then
+`kernels` (our kernels' schedules, with knobs from the tuning logs where they have a record):
+the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
+`finalize` turns that into what the VM runs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.sum_to_add import SumToAdd
+from .tuning.database import TuningDatabase
 
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
@@ -69,9 +70,9 @@ def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.trans
     ]
 
 
-def kernels(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
-    """Our kernels scheduled for the target's vector ISA."""
-    return [ApplySchedules(target)]
+def kernels(target: tvm.target.Target, tuning: TuningDatabase | None) -> list[tvm.transform.Pass]:
+    """Our kernels scheduled for the target's vector ISA, with tuned knobs where `tuning` has them."""
+    return [ApplySchedules(target, tuning)]
 
 
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -88,7 +89,7 @@ def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
 
 
-PHASES = (canonicalize, layout, fuse, kernels)
+PHASES = (canonicalize, layout, fuse)
 
 
 def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.Target) -> tvm.transform.Pass:
@@ -102,9 +103,11 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
     return run_in_target
 
 
-def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = ()) -> tvm.IRModule:
-    """Run every phase of `PHASES`: the fused, scheduled graph the fusion report reads."""
-    passes = [p for phase in PHASES for p in phase(target, disabled)]
+def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
+             tuning: TuningDatabase | None = None) -> tvm.IRModule:
+    """Run every phase of `PHASES`, then `kernels`: the fused, scheduled graph the fusion
+    report reads."""
+    passes = [p for phase in PHASES for p in phase(target, disabled)] + kernels(target, tuning)
     return _in_target("tvm_fuse.optimize", passes, target)(mod)
 
 

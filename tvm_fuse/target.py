@@ -121,6 +121,21 @@ def isa_features(target: tvm.target.Target) -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if has(feature, target))
 
 
+def isa_class(target: tvm.target.Target) -> str:
+    """The CPU class tuning records are kept by: amx, avx512-vnni, avx512 or avx2."""
+    features = isa_features(target)
+    if "amx" in features:
+        return "amx"
+    if "avx512_vnni" in features:
+        return "avx512-vnni"
+    return "avx512" if "avx512f" in features else "avx2"
+
+
+def target_cpu(target: tvm.target.Target) -> str:
+    """The target's -mcpu (LLVM's generic CPU when it names none)."""
+    return str(target.attrs.get("mcpu", "generic"))
+
+
 def target_string(target: tvm.target.Target | str, brief: bool = False) -> str:
     """The familiar string form of `target`, for metadata; `brief` leaves out the features
     turned off (a native target lists dozens), for reports."""

@@ -1,11 +1,14 @@
-"""Schedule every kernel whose anchor names a rule in `tvm_fuse.schedules` for the target."""
+"""Schedule every kernel whose anchor names a rule in `tvm_fuse.schedules` for the target,
+with the knobs of the best tuning record for its workload where there is one."""
 
 from __future__ import annotations
 
 import tvm
 
 from ..schedules import apply
-from ..target import isa_features
+from ..target import isa_class, isa_features, target_cpu
+from ..tuning.database import TuningDatabase
+from ..tuning.workload import workload_key
 
 
 def vector_lanes(target: tvm.target.Target) -> int:
@@ -22,11 +25,19 @@ def map_prim_funcs(mod: tvm.IRModule, schedule) -> tvm.IRModule:
     return scheduled
 
 
-def ApplySchedules(target: tvm.target.Target) -> tvm.transform.Pass:
+def ApplySchedules(target: tvm.target.Target, tuning: TuningDatabase | None = None) -> tvm.transform.Pass:
     lanes = vector_lanes(target)
+    isa, cpu = isa_class(target), target_cpu(target)
+
+    def schedule(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+        record = None
+        if tuning:
+            key = workload_key(func)
+            record = tuning.lookup(key, isa, cpu) if key else None
+        return apply(func, lanes, record.knobs if record else None)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ApplySchedules")
     def apply_schedules(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return map_prim_funcs(mod, lambda _name, func: apply(func, lanes))
+        return map_prim_funcs(mod, lambda _name, func: schedule(func))
 
     return apply_schedules

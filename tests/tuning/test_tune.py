@@ -1,0 +1,75 @@
+"""A tiny tuning job end to end: records land in the log, builds use them, and a job killed
+with SIGKILL resumes without measuring a finished setting again."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.tuning.records import read
+from tvm_fuse.tuning.tune import tune
+
+
+def _conv_model():
+    """conv 3x3 (16 -> 16 channels, 8x8) + relu: one kernel of 8 knob settings."""
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32) / 12, "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9  # what ONNX Runtime reads
+    return model
+
+
+def _knobs(path):
+    return [str(sorted(r.knobs.items())) for r in read([path])]
+
+
+def test_a_tiny_job_logs_its_trials_and_builds_use_the_best(tmp_path):
+    model = _conv_model()
+    (result,) = tune(model, trials=3, log_dir=tmp_path, repeat=3, progress=None)
+    (log,) = tmp_path.glob("*.jsonl")
+    assert len(_knobs(log)) == 3 and result.trials == 3
+    assert result.default_ms is not None and result.best_ms <= result.default_ms
+    built = tvm_fuse.build(model, tuning_logs=log)
+    assert built.fusion_report()["tuned_kernels"] == 1
+    assert tvm_fuse.build(model, tuning_logs=[]).fusion_report()["default_kernels"] == 1
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    assert_close(built.run(None, {"x": x}), ort_outputs(model, {"x": x}))
+    # A second job measures only settings not in the log yet.
+    tune(model, trials=3, log_dir=tmp_path, repeat=3, progress=None)
+    knobs = _knobs(log)
+    assert len(knobs) == 6 and len(set(knobs)) == 6
+
+
+def test_a_job_killed_with_sigkill_loses_no_record_and_resumes(tmp_path):
+    model_path = tmp_path / "tiny.onnx"
+    onnx.save(_conv_model(), model_path)
+    script = ("import sys; from tvm_fuse.tuning.tune import tune; "
+              f"tune({str(model_path)!r}, trials=8, log_dir={str(tmp_path)!r}, repeat=200, progress=None)")
+    job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    log = tmp_path / "pending"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        logs = list(tmp_path.glob("*.jsonl"))
+        if logs and len(logs[0].read_text().splitlines()) >= 2:
+            log = logs[0]
+            break
+        time.sleep(0.2)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    finished = _knobs(log)
+    assert 2 <= len(finished) < 8
+    tune(str(model_path), trials=8, log_dir=tmp_path, repeat=3, progress=None)
+    knobs = _knobs(log)
+    assert knobs[:len(finished)] == finished and len(set(knobs)) == len(knobs) == 8

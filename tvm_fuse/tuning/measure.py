@@ -1,0 +1,86 @@
+"""Candidates built and timed in a worker process, so that one that crashes or hangs costs a
+failed record and a fresh worker, never the job."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+
+import numpy as np
+import tvm
+
+
+def _serve(connection) -> None:
+    while True:
+        try:
+            function, args = connection.recv()
+        except EOFError:
+            return
+        try:
+            connection.send(("ok", function(*args)))
+        except Exception as error:  # noqa: BLE001 -- any failure of a candidate is its result
+            connection.send(("error", f"{type(error).__name__}: {error}"))
+
+
+class Worker:
+    """One worker process at a time (candidates are timed alone, never side by side)."""
+
+    def __init__(self):
+        self._context = multiprocessing.get_context("spawn")
+        self._start()
+
+    def _start(self) -> None:
+        self._connection, child = self._context.Pipe()
+        self._process = self._context.Process(target=_serve, args=(child,), daemon=True)
+        self._process.start()
+        child.close()
+
+    def run(self, function: Callable, args: tuple, timeout: float):
+        """(result, None), or (None, why it failed) when it raised, crashed or hung."""
+        self._connection.send((function, args))
+        if not self._connection.poll(timeout):
+            self._restart()
+            return None, f"timed out after {timeout:g} s"
+        try:
+            status, value = self._connection.recv()
+        except (EOFError, ConnectionError):
+            self._process.join(5)
+            code = self._process.exitcode
+            self._restart()
+            return None, f"the worker died (exit code {code})"
+        return (value, None) if status == "ok" else (None, value)
+
+    def _restart(self) -> None:
+        self._process.kill()
+        self._process.join()
+        self._start()
+
+    def close(self) -> None:
+        self._connection.close()
+        self._process.kill()
+        self._process.join()
+
+
+def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat: int) -> float:
+    """Median milliseconds of the kernel `func_json` (`tvm.ir.save_json`) scheduled with
+    `knobs`, its weights and outputs flushed from the caches before each run, as in a model."""
+    from ..schedules import KNOBS_ATTR, apply
+    from ..target import parse_target
+
+    func = tvm.ir.load_json(func_json)
+    scheduled = apply(func, lanes, knobs)
+    if scheduled.attrs is None or scheduled.attrs.get(KNOBS_ATTR) != "tuned":
+        raise ValueError(f"knobs {knobs} do not apply to this kernel")
+    kernel = tvm.compile(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
+                         target=parse_target(target))
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal([_static(d) for d in p.shape]).astype(str(p.dtype)))
+            for p in func.params]
+    timer = kernel.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat,
+                                      f_preproc="cache_flush_cpu_non_first_arg")
+    return float(timer(*args).median * 1e3)
+
+
+def _static(dim) -> int:
+    """A dim's value; a symbolic one (a dynamic batch) is timed at 1."""
+    return int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1

@@ -1,0 +1,49 @@
+"""The tuning tasks of a model: its distinct kernels of ours, unscheduled, each with how many
+times a run calls it (kernels of equal workload count as one task)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax, s_tir
+
+from ..pipeline import optimize
+from ..schedules.common import anchor_block
+from .workload import workload_key
+
+
+@dataclass
+class Task:
+    workload: str
+    func: tvm.tirx.PrimFunc  # unscheduled
+    calls: int  # per run of the model
+
+    @property
+    def flops(self) -> int:
+        """2 x the multiply-adds of the main block (its whole iteration domain)."""
+        sch = s_tir.Schedule(self.func)
+        block, _ = anchor_block(sch)
+        extents = [iv.dom.extent for iv in sch.get(block).iter_vars]
+        return 2 * int(np.prod([int(e) if isinstance(e, tvm.tirx.IntImm) else 1 for e in extents]))
+
+
+def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target, disabled=()) -> list[Task]:
+    """The tasks of an imported model, heaviest call count first."""
+    with tvm.transform.PassContext(disabled_pass=["tvm_fuse.ApplySchedules"]):
+        optimized = optimize(mod, target, disabled)
+    calls = Counter(b.value.args[0] for block in optimized["main"].body.blocks for b in block.bindings
+                    if isinstance(b.value, relax.Call) and b.value.op.same_as(tvm.ir.Op.get("relax.call_tir")))
+    tasks: dict[str, Task] = {}
+    for gvar, count in calls.items():
+        func = optimized[gvar]
+        key = workload_key(func)
+        if key is None:
+            continue
+        if key in tasks:
+            tasks[key].calls += count
+        else:
+            tasks[key] = Task(key, func, count)
+    return sorted(tasks.values(), key=lambda t: -t.calls)

@@ -1,0 +1,147 @@
+"""`tune`: measure knob settings of a model's kernels and append each result to a log that
+`build` reads.
+
+Every task first measures its default knobs; further trials go, one at a time, to the task
+where a run spends the most time (calls x best latency so far), shared out as tasks get
+tried (divided by 1 + trials so far), each trying its untried settings in a seeded random
+order. A job resumes where a killed one stopped: settings already in the log for this CPU
+are not measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+
+from ..api import relax_module
+from ..patterns.switches import disabled_families
+from ..schedules import knob_space
+from ..target import isa_class, parse_target, target_cpu, target_string
+from ..transform.apply_schedules import vector_lanes
+from . import records as log
+from .measure import Worker, time_candidate
+from .records import Record
+from .tasks import Task, extract_tasks
+
+
+@dataclass
+class TaskResult:
+    workload: str
+    calls: int
+    gflop: float  # per call
+    default_ms: float | None = None
+    best_ms: float | None = None
+    best_knobs: dict | None = None
+    trials: int = 0  # measured by this job
+    failed: int = 0
+    _untried: list = field(default_factory=list, repr=False)
+
+    @property
+    def weight(self) -> float:
+        return self.calls * (self.best_ms or 0.0) / (1 + self.trials)
+
+
+def log_path(log_dir: Path | str, target: tvm.target.Target) -> Path:
+    """One log per CPU: `<log_dir>/<isa class>-<mcpu>.jsonl`."""
+    return Path(log_dir) / f"{isa_class(target)}-{target_cpu(target)}.jsonl"
+
+
+def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning_logs", timeout: float = 60.0,
+         repeat: int = 10, input_shapes: Mapping[str, Sequence[int]] | None = None,
+         disable_fusion: Iterable[str] | str | None = None, seed: int = 0,
+         progress: Callable[[str], None] | None = print) -> list[TaskResult]:
+    """Measure up to `trials` new knob settings of `model`'s kernels for `target`, each in a
+    worker process that gets `timeout` seconds, and append every result to the log in
+    `log_dir`. Returns per task its default and best latency (ms, cold caches)."""
+    tvm_target = parse_target(target)
+    _, mod = relax_module(model, input_shapes)
+    tasks = extract_tasks(mod, tvm_target, disabled_families(disable_fusion))
+    path = log_path(log_dir, tvm_target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    isa, cpu, lanes = isa_class(tvm_target), target_cpu(tvm_target), vector_lanes(tvm_target)
+    finished = {(r.workload, _key(r.knobs)): r for r in (log.read([path]) if path.exists() else [])
+                if r.isa == isa and r.mcpu == cpu}
+    rng = random.Random(seed)
+    results = {}
+    for task in tasks:
+        space = knob_space(task.func, lanes)
+        result = TaskResult(task.workload, task.calls, task.flops / 1e9, _untried=[space[0]] + rng.sample(space[1:], len(space) - 1))
+        for knobs in space:  # what earlier jobs measured
+            done = finished.get((task.workload, _key(knobs)))
+            if done is not None:
+                result._untried.remove(knobs)
+                _update(result, knobs, done.latency_ms, default=knobs == space[0])
+        results[task.workload] = result
+    by_workload = {task.workload: task for task in tasks}
+    worker = Worker()
+    start, measured = time.monotonic(), 0
+    try:
+        while measured < trials:
+            # Defaults first, then the task with the most run time to win.
+            pending = [r for r in results.values() if r._untried]
+            if not pending:
+                break
+            fresh = [r for r in pending if r.default_ms is None and r.failed == 0 and r.trials == 0]
+            result = fresh[0] if fresh else max(pending, key=lambda r: r.weight)
+            knobs = result._untried.pop(0)
+            task = by_workload[result.workload]
+            latency, error = worker.run(time_candidate, (tvm.ir.save_json(task.func), target_string(tvm_target),
+                                                         lanes, knobs, repeat), timeout)
+            log.append(path, Record(result.workload, isa, cpu, knobs, latency, error))
+            measured += 1
+            result.trials += 1
+            if latency is None:
+                result.failed += 1
+            _update(result, knobs, latency, default=result.default_ms is None and result.trials == 1)
+            if progress:
+                progress(_progress_line(measured, trials, start, result, knobs, latency, error))
+    finally:
+        worker.close()
+    summary = list(results.values())
+    if progress:
+        progress(summary_table(summary, path))
+    return summary
+
+
+def _key(knobs: dict) -> str:
+    return json.dumps(knobs, sort_keys=True)
+
+
+def _update(result: TaskResult, knobs: dict, latency: float | None, default: bool) -> None:
+    if latency is None:
+        return
+    if default:
+        result.default_ms = latency
+    if result.best_ms is None or latency < result.best_ms:
+        result.best_ms, result.best_knobs = latency, knobs
+
+
+def _progress_line(done: int, total: int, start: float, result: TaskResult, knobs: dict,
+                   latency: float | None, error: str | None) -> str:
+    elapsed = time.monotonic() - start
+    eta = elapsed / done * (total - done)
+    bar = "#" * (20 * done // total) + "." * (20 - 20 * done // total)
+    outcome = f"{latency:.3f} ms" if latency is not None else f"failed: {error}"
+    best = f"best {result.gflop / result.best_ms * 1e3:.0f} GFLOP/s" if result.best_ms else "no result yet"
+    return (f"[{bar}] {done}/{total} ETA {eta:.0f} s | {result.workload[:60]} {knobs}: {outcome}; {best}")
+
+
+def summary_table(results: list[TaskResult], path: Path) -> str:
+    lines = [f"tuning log: {path}",
+             f"{'calls':>5} {'default ms':>10} {'best ms':>8} {'speedup':>7} {'GFLOP/s':>8} {'trials':>6}  workload"]
+    for r in results:
+        speedup = f"{r.default_ms / r.best_ms:.2f}x" if r.default_ms and r.best_ms else "-"
+        rate = f"{r.gflop / r.best_ms * 1e3:.0f}" if r.best_ms else "-"
+        lines.append(f"{r.calls:5d} {_ms(r.default_ms):>10} {_ms(r.best_ms):>8} {speedup:>7} {rate:>8} "
+                     f"{r.trials:6d}  {r.workload}")
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else "-"

@@ -1,0 +1,27 @@
+"""The workload a kernel computes, as a readable key shared by every model that has it:
+its schedule rule and the shapes its main block reads and writes. The fused epilogue is left
+out: it changes what happens to each output tile, not which knobs suit the main loop."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+
+from ..schedules.common import anchor_block
+
+
+def workload_key(func: tvm.tirx.PrimFunc) -> str | None:
+    """e.g. `tvm_fuse.conv_nchwc(1,16,16,16,16;16,16,3,3,16,16->1,16,14,14,16)`; None for a
+    kernel without a schedule rule."""
+    sch = s_tir.Schedule(func)
+    found = anchor_block(sch)
+    if found is None:
+        return None
+    block, rule = found
+    anchor = sch.get(block)
+
+    def shape(region) -> str:
+        return ",".join(str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in region.source.shape)
+
+    reads = ";".join(shape(r) for r in anchor.reads)
+    return f"{rule}({reads}->{shape(anchor.writes[0])})"
