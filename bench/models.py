@@ -49,7 +49,7 @@ def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
         return {**row, "skipped": FIXED_BATCH}  # their ONNX fixes batch 1: nothing to fake
     onnx_model = named_model(name, batch=batch)  # the built models take a static batch
     flops = model_flops(onnx_model)
-    model = tvm_fuse.build(onnx_model)
+    model = tvm_fuse.build(onnx_model, tuning_logs=[] if args.untuned else None)
     feed = random_feed(model.get_inputs(), dims={"batch": batch})
     result = compare(model, onnx_model, feed, args.threads, args.warmup, args.repeat)
     ours, theirs = result.tvm_fuse.median_ms, result.onnxruntime.median_ms
@@ -118,6 +118,8 @@ def main() -> None:
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--untuned", action="store_true",
+                        help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="for both runtimes and the peak (default: all cores)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
@@ -138,7 +140,7 @@ def main() -> None:
                     "cores": host_cores()},
         "versions": {"tvm_fuse": tvm_fuse.__version__, "tvm": tvm.__version__,
                      "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__},
-        "settings": {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup},
+        "settings": {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup, "untuned": args.untuned},
         "peak": peak.to_json(),
         "results": rows,
         "geomean_ratio_cnn_batch1": geomean,

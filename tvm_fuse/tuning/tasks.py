@@ -22,12 +22,21 @@ class Task:
     calls: int  # per run of the model
 
     @property
-    def flops(self) -> int:
-        """2 x the multiply-adds of the main block (its whole iteration domain)."""
+    def rule(self) -> str:
+        return anchor_block(s_tir.Schedule(self.func))[1]
+
+    @property
+    def extents(self) -> list[int]:
+        """The main block's iteration domain (a symbolic dim, a dynamic batch, as 1)."""
         sch = s_tir.Schedule(self.func)
         block, _ = anchor_block(sch)
-        extents = [iv.dom.extent for iv in sch.get(block).iter_vars]
-        return 2 * int(np.prod([int(e) if isinstance(e, tvm.tirx.IntImm) else 1 for e in extents]))
+        return [int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else 1
+                for iv in sch.get(block).iter_vars]
+
+    @property
+    def flops(self) -> int:
+        """2 x the multiply-adds of the main block (its whole iteration domain)."""
+        return 2 * int(np.prod(self.extents))
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target, disabled=()) -> list[Task]:

@@ -3,9 +3,11 @@
 
 Every task first measures its default knobs; further trials go, one at a time, to the task
 where a run spends the most time (calls x best latency so far), shared out as tasks get
-tried (divided by 1 + trials so far), each trying its untried settings in a seeded random
-order. A job resumes where a killed one stopped: settings already in the log for this CPU
-are not measured again.
+tried (divided by 1 + trials so far). Within a task, the XGBoost cost model
+(`cost_model.py`) picks the untried setting predicted fastest once its rule has enough
+measurements; one trial in `EXPLORE` takes a random one instead, so the model keeps learning.
+A job resumes where a killed one stopped: settings already in the log for this CPU are not
+measured again, and they train the model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
@@ -25,9 +27,12 @@ from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string
 from ..transform.apply_schedules import vector_lanes
 from . import records as log
+from .cost_model import CostModel
 from .measure import Worker, time_candidate
 from .records import Record
-from .tasks import Task, extract_tasks
+from .tasks import extract_tasks
+
+EXPLORE = 4  # every 4th trial of a task takes a random untried setting
 
 
 @dataclass
@@ -35,12 +40,13 @@ class TaskResult:
     workload: str
     calls: int
     gflop: float  # per call
+    default_knobs: dict
+    untried: list  # settings in the order to try them
     default_ms: float | None = None
     best_ms: float | None = None
     best_knobs: dict | None = None
     trials: int = 0  # measured by this job
     failed: int = 0
-    _untried: list = field(default_factory=list, repr=False)
 
     @property
     def weight(self) -> float:
@@ -68,15 +74,19 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     finished = {(r.workload, _key(r.knobs)): r for r in (log.read([path]) if path.exists() else [])
                 if r.isa == isa and r.mcpu == cpu}
     rng = random.Random(seed)
+    model = CostModel(seed)
     results = {}
     for task in tasks:
         space = knob_space(task.func, lanes)
-        result = TaskResult(task.workload, task.calls, task.flops / 1e9, _untried=[space[0]] + rng.sample(space[1:], len(space) - 1))
+        result = TaskResult(task.workload, task.calls, task.flops / 1e9, space[0],
+                            [space[0]] + rng.sample(space[1:], len(space) - 1))
         for knobs in space:  # what earlier jobs measured
             done = finished.get((task.workload, _key(knobs)))
             if done is not None:
-                result._untried.remove(knobs)
-                _update(result, knobs, done.latency_ms, default=knobs == space[0])
+                result.untried.remove(knobs)
+                _update(result, knobs, done.latency_ms)
+                if done.latency_ms is not None:
+                    model.add(task.rule, task.extents, knobs, done.latency_ms)
         results[task.workload] = result
     by_workload = {task.workload: task for task in tasks}
     worker = Worker()
@@ -84,13 +94,16 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     try:
         while measured < trials:
             # Defaults first, then the task with the most run time to win.
-            pending = [r for r in results.values() if r._untried]
+            pending = [r for r in results.values() if r.untried]
             if not pending:
                 break
-            fresh = [r for r in pending if r.default_ms is None and r.failed == 0 and r.trials == 0]
-            result = fresh[0] if fresh else max(pending, key=lambda r: r.weight)
-            knobs = result._untried.pop(0)
+            defaults = [r for r in pending if r.default_knobs in r.untried]
+            result = defaults[0] if defaults else max(pending, key=lambda r: r.weight)
             task = by_workload[result.workload]
+            explore = result.trials % EXPLORE == EXPLORE - 1
+            predicted = None if defaults or explore else model.best(task.rule, task.extents, result.untried)
+            knobs = predicted or result.untried[0]
+            result.untried.remove(knobs)
             latency, error = worker.run(time_candidate, (tvm.ir.save_json(task.func), target_string(tvm_target),
                                                          lanes, knobs, repeat), timeout)
             log.append(path, Record(result.workload, isa, cpu, knobs, latency, error))
@@ -98,7 +111,9 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
             result.trials += 1
             if latency is None:
                 result.failed += 1
-            _update(result, knobs, latency, default=result.default_ms is None and result.trials == 1)
+            else:
+                model.add(task.rule, task.extents, knobs, latency)
+            _update(result, knobs, latency)
             if progress:
                 progress(_progress_line(measured, trials, start, result, knobs, latency, error))
     finally:
@@ -113,10 +128,10 @@ def _key(knobs: dict) -> str:
     return json.dumps(knobs, sort_keys=True)
 
 
-def _update(result: TaskResult, knobs: dict, latency: float | None, default: bool) -> None:
+def _update(result: TaskResult, knobs: dict, latency: float | None) -> None:
     if latency is None:
         return
-    if default:
+    if knobs == result.default_knobs:
         result.default_ms = latency
     if result.best_ms is None or latency < result.best_ms:
         result.best_ms, result.best_knobs = latency, knobs
