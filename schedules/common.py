@@ -27,12 +27,16 @@ def inline_epilogue(sch: s_tir.Schedule, anchor) -> object | None:
     return stages[-1] if stages else None
 
 
+def static_extent(extent) -> int:
+    """A loop extent as an int (0 when symbolic, such as a dynamic batch)."""
+    value = getattr(extent, "value", extent)
+    return value if isinstance(value, int) else 0
+
+
 def divisor(extent, choices) -> int:
     """The first of `choices` that divides `extent` (1 for a symbolic extent)."""
-    value = getattr(extent, "value", extent)
-    if not isinstance(value, int):
-        return 1
-    return next((c for c in choices if value % c == 0), 1)
+    value = static_extent(extent)
+    return next((c for c in choices if value and value % c == 0), 1)
 
 
 def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -53,7 +57,5 @@ def accumulator_tile(vectors, row_tile: int) -> int:
 
 def divisors(extent, limit: int) -> list[int]:
     """The divisors of `extent` up to `limit`, ascending ([1] for a symbolic extent)."""
-    value = getattr(extent, "value", extent)
-    if not isinstance(value, int):
-        return [1]
-    return [d for d in range(1, min(value, limit) + 1) if value % d == 0]
+    value = static_extent(extent)
+    return [d for d in range(1, min(value, limit) + 1) if value % d == 0] if value else [1]

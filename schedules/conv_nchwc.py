@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, divisors, inline_epilogue, vectorize_innermost
+from .common import divisor, divisors, inline_epilogue, static_extent, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class ConvNCHWcKnobs:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
     loops = sch.get_loops(block)
-    chunks, width = (_static(sch.get(loops[axis]).extent) for axis in (1, 3))
+    chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
     # Up to 28 accumulators leaves registers for the weight vectors; wide rows take more
     # channel blocks. Over the benchmark CNNs' convs this lands within 8% of the best knobs
     # measured per layer.
@@ -48,7 +48,7 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
     """Every register tile of at most 28 accumulators the loop extents divide."""
     loops = sch.get_loops(block)
     chunks, width, kernel_w = (sch.get(loops[axis]).extent for axis in (1, 3, 7))
-    unrolls = (False, True) if _static(kernel_w) > 1 else (False,)
+    unrolls = (False, True) if static_extent(kernel_w) > 1 else (False,)
     return [ConvNCHWcKnobs(w, c, u) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28
             for u in unrolls]
 
@@ -56,12 +56,6 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
 def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:
     width = sch.get(sch.get_loops(block)[3]).extent
     return [DepthwiseNCHWcKnobs(w, u, p) for w in divisors(width, 16) for u in (False, True) for p in (False, True)]
-
-
-def _static(extent) -> int:
-    """A loop extent as an int (0 when symbolic)."""
-    value = getattr(extent, "value", extent)
-    return value if isinstance(value, int) else 0
 
 
 def _registers(sch: s_tir.Schedule, block, tile_loop, lanes: int):
