@@ -103,7 +103,7 @@ def cmd_run(args) -> int:
 def cmd_tune(args) -> int:
     tune(_load_onnx(args.model, args.batch), target=args.target, trials=args.trials, log_dir=args.log_dir,
          timeout=args.timeout, repeat=args.repeat, input_shapes=dict(args.input_shape or []),
-         disable_fusion=args.disable_fusion)
+         disable_fusion=args.disable_fusion, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
     return 0
 
 
@@ -187,6 +187,9 @@ def parser() -> argparse.ArgumentParser:
     tune_.add_argument("--timeout", type=float, default=60.0,
                        help="seconds a candidate may take to build and run before it is recorded as failed (default 60)")
     tune_.add_argument("--repeat", type=int, default=10, help="timed runs per candidate, median kept (default 10)")
+    tune_.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                       help="measure on the machines of this TVM RPC tracker (with --rpc-key; --target describes them)")
+    tune_.add_argument("--rpc-key", metavar="KEY", help="the tracker's key for those machines")
 
     bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
     bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")

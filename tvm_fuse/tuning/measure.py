@@ -1,13 +1,17 @@
 """Candidates built and timed in a worker process, so that one that crashes or hangs costs a
-failed record and a fresh worker, never the job."""
+failed record and a fresh worker, never the job; timed here, or on a machine of a TVM RPC
+tracker (the kernel is built here and uploaded)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import tvm
+from tvm import rpc
 
 
 def _serve(connection) -> None:
@@ -61,9 +65,11 @@ class Worker:
         self._process.join()
 
 
-def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat: int) -> float:
+def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat: int,
+                   rpc: tuple[str, int, str] | None = None) -> float:
     """Median milliseconds of the kernel `func_json` (`tvm.ir.save_json`) scheduled with
-    `knobs`, its weights and outputs flushed from the caches before each run, as in a model."""
+    `knobs`, its weights and outputs flushed from the caches before each run, as in a model;
+    on a machine of TVM's RPC tracker `rpc` = (host, port, key) when given, else here."""
     from ..schedules import KNOBS_ATTR, apply
     from ..target import parse_target
 
@@ -73,12 +79,22 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
         raise ValueError(f"knobs {knobs} do not apply to this kernel")
     kernel = tvm.compile(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
                          target=parse_target(target))
+    module, device = _remote(kernel, *rpc) if rpc is not None else (kernel.mod, tvm.cpu())
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal([_static(d) for d in p.shape]).astype(str(p.dtype)))
+    args = [tvm.runtime.tensor(rng.standard_normal([_static(d) for d in p.shape]).astype(str(p.dtype)), device=device)
             for p in func.params]
-    timer = kernel.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat,
-                                      f_preproc="cache_flush_cpu_non_first_arg")
+    timer = module.time_evaluator("main", device, number=1, repeat=repeat, f_preproc="cache_flush_cpu_non_first_arg")
     return float(timer(*args).median * 1e3)
+
+
+def _remote(kernel, host: str, port: int, key: str):
+    """`kernel` uploaded to a machine the tracker at host:port gives for `key`, and its CPU."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.so")
+        kernel.export_library(path)
+        session = rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=600)
+        session.upload(path)
+    return session.load_module("kernel.so"), session.cpu()
 
 
 def _static(dim) -> int:

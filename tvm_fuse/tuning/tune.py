@@ -22,6 +22,7 @@ from pathlib import Path
 import tvm
 
 from ..api import relax_module
+from ..errors import TvmFuseError
 from ..patterns.switches import disabled_families
 from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string
@@ -61,10 +62,14 @@ def log_path(log_dir: Path | str, target: tvm.target.Target) -> Path:
 def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning_logs", timeout: float = 60.0,
          repeat: int = 10, input_shapes: Mapping[str, Sequence[int]] | None = None,
          disable_fusion: Iterable[str] | str | None = None, seed: int = 0,
+         rpc_tracker: str | None = None, rpc_key: str | None = None,
          progress: Callable[[str], None] | None = print) -> list[TaskResult]:
     """Measure up to `trials` new knob settings of `model`'s kernels for `target`, each in a
     worker process that gets `timeout` seconds, and append every result to the log in
-    `log_dir`. Returns per task its default and best latency (ms, cold caches)."""
+    `log_dir`. With `rpc_tracker` ("host:port") and `rpc_key`, kernels run on the machines
+    that TVM's RPC tracker serves for that key (`target` should describe them). Returns per
+    task its default and best latency (ms, cold caches)."""
+    remote = _rpc(rpc_tracker, rpc_key)
     tvm_target = parse_target(target)
     _, mod = relax_module(model, input_shapes)
     tasks = extract_tasks(mod, tvm_target, disabled_families(disable_fusion))
@@ -105,7 +110,7 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
             knobs = predicted or result.untried[0]
             result.untried.remove(knobs)
             latency, error = worker.run(time_candidate, (tvm.ir.save_json(task.func), target_string(tvm_target),
-                                                         lanes, knobs, repeat), timeout)
+                                                         lanes, knobs, repeat, remote), timeout)
             log.append(path, Record(result.workload, isa, cpu, knobs, latency, error))
             measured += 1
             result.trials += 1
@@ -122,6 +127,17 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     if progress:
         progress(summary_table(summary, path))
     return summary
+
+
+def _rpc(tracker: str | None, key: str | None) -> tuple[str, int, str] | None:
+    """(host, port, key) of an RPC tracker, or None to measure here."""
+    if tracker is None and key is None:
+        return None
+    host, _, port = (tracker or "").rpartition(":")
+    if not host or not port.isdigit() or not key:
+        raise TvmFuseError(f"RPC measurement needs --rpc-tracker HOST:PORT and --rpc-key KEY "
+                           f"(got tracker {tracker!r}, key {key!r})")
+    return host, int(port), key
 
 
 def _key(knobs: dict) -> str:
