@@ -103,7 +103,8 @@ def cmd_run(args) -> int:
 def cmd_tune(args) -> int:
     tune(_load_onnx(args.model, args.batch), target=args.target, trials=args.trials, log_dir=args.log_dir,
          timeout=args.timeout, repeat=args.repeat, input_shapes=dict(args.input_shape or []),
-         disable_fusion=args.disable_fusion, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key)
+         disable_fusion=args.disable_fusion, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
+         plot=args.plot)
     return 0
 
 
@@ -190,6 +191,8 @@ def parser() -> argparse.ArgumentParser:
     tune_.add_argument("--rpc-tracker", metavar="HOST:PORT",
                        help="measure on the machines of this TVM RPC tracker (with --rpc-key; --target describes them)")
     tune_.add_argument("--rpc-key", metavar="KEY", help="the tracker's key for those machines")
+    tune_.add_argument("--plot", metavar="FILE.png", help="write a PNG of each kernel's best latency so far vs trials "
+                                                          "(needs matplotlib: pip install 'tvm_fuse[bench]')")
 
     bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
     bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")

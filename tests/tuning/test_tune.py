@@ -46,10 +46,11 @@ def test_a_tiny_job_logs_its_trials_and_builds_use_the_best(tmp_path):
     assert tvm_fuse.build(model, tuning_logs=[]).fusion_report()["default_kernels"] == 1
     x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
     assert_close(built.run(None, {"x": x}), ort_outputs(model, {"x": x}))
-    # A second job measures only settings not in the log yet.
-    tune(model, trials=3, log_dir=tmp_path, repeat=3, progress=None)
+    # A second job measures only settings not in the log yet, and plots its progress.
+    tune(model, trials=3, log_dir=tmp_path, repeat=3, progress=None, plot=tmp_path / "progress.png")
     knobs = _knobs(log)
     assert len(knobs) == 6 and len(set(knobs)) == 6
+    assert (tmp_path / "progress.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_job_killed_with_sigkill_loses_no_record_and_resumes(tmp_path):

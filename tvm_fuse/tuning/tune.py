@@ -62,14 +62,20 @@ def log_path(log_dir: Path | str, target: tvm.target.Target) -> Path:
 def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning_logs", timeout: float = 60.0,
          repeat: int = 10, input_shapes: Mapping[str, Sequence[int]] | None = None,
          disable_fusion: Iterable[str] | str | None = None, seed: int = 0,
-         rpc_tracker: str | None = None, rpc_key: str | None = None,
+         rpc_tracker: str | None = None, rpc_key: str | None = None, plot: Path | str | None = None,
          progress: Callable[[str], None] | None = print) -> list[TaskResult]:
     """Measure up to `trials` new knob settings of `model`'s kernels for `target`, each in a
     worker process that gets `timeout` seconds, and append every result to the log in
     `log_dir`. With `rpc_tracker` ("host:port") and `rpc_key`, kernels run on the machines
-    that TVM's RPC tracker serves for that key (`target` should describe them). Returns per
-    task its default and best latency (ms, cold caches)."""
+    that TVM's RPC tracker serves for that key (`target` should describe them). `plot`: a
+    PNG of each task's best latency so far against the job's trials. Returns per task its
+    default and best latency (ms, cold caches)."""
     remote = _rpc(rpc_tracker, rpc_key)
+    if plot is not None:
+        try:
+            import matplotlib  # noqa: F401 -- checked now rather than after the job
+        except ImportError as error:
+            raise TvmFuseError("plotting needs matplotlib: pip install 'tvm_fuse[bench]'") from error
     tvm_target = parse_target(target)
     _, mod = relax_module(model, input_shapes)
     tasks = extract_tasks(mod, tvm_target, disabled_families(disable_fusion))
@@ -96,6 +102,7 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     by_workload = {task.workload: task for task in tasks}
     worker = Worker()
     start, measured = time.monotonic(), 0
+    history: dict[str, list[tuple[int, float]]] = {}  # workload -> (trial, best ms so far)
     try:
         while measured < trials:
             # Defaults first, then the task with the most run time to win.
@@ -119,6 +126,8 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
             else:
                 model.add(task.rule, task.extents, knobs, latency)
             _update(result, knobs, latency)
+            if result.best_ms is not None:
+                history.setdefault(result.workload, []).append((measured, result.best_ms))
             if progress:
                 progress(_progress_line(measured, trials, start, result, knobs, latency, error))
     finally:
@@ -126,7 +135,31 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     summary = list(results.values())
     if progress:
         progress(summary_table(summary, path))
+    if plot is not None:
+        plot_history(history, trials, plot)
     return summary
+
+
+def plot_history(history: dict[str, list[tuple[int, float]]], trials: int, path: Path | str) -> None:
+    """Best latency so far (relative to the task's first) against trials, one line per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for workload, points in history.items():
+        xs, ys = zip(*points)
+        ax.step(xs, [y / ys[0] for y in ys], where="post", label=workload[:50])
+    ax.set_xlim(0, max(trials, 1))
+    ax.set_xlabel("trials of this job")
+    ax.set_ylabel("best latency so far / first measured")
+    ax.set_title("tvm_fuse tuning")
+    if len(history) <= 12:
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _rpc(tracker: str | None, key: str | None) -> tuple[str, int, str] | None:
