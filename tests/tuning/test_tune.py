@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
+from tests.tuning import worker_jobs
 from tvm_fuse.tuning.records import read
 from tvm_fuse.tuning.tune import tune
 
@@ -74,3 +75,13 @@ def test_a_job_killed_with_sigkill_loses_no_record_and_resumes(tmp_path):
     tune(str(model_path), trials=8, log_dir=tmp_path, repeat=3, progress=None)
     knobs = _knobs(log)
     assert knobs[:len(finished)] == finished and len(set(knobs)) == len(knobs) == 8
+
+
+def test_a_crashing_candidate_is_logged_as_failed_and_the_job_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr("tvm_fuse.tuning.tune.time_candidate", worker_jobs.time_or_crash)
+    (result,) = tune(_conv_model(), trials=8, log_dir=tmp_path, repeat=3, progress=None)
+    records = read(list(tmp_path.glob("*.jsonl")))
+    failed = [r for r in records if r.latency_ms is None]
+    assert len(records) == 8 and {r.knobs["width_tile"] for r in failed} == {1}
+    assert all(r.error == "the worker died (exit code 11)" for r in failed)
+    assert result.failed == len(failed) == 2 and result.best_knobs["width_tile"] == 8

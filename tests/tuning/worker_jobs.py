@@ -21,3 +21,10 @@ def append_records(path, writer, count):
 
     for i in range(count):
         append(path, Record(f"w{writer}", "avx512", "skylake-avx512", {"i": i}, 1.0))
+
+
+def time_or_crash(func_json, target, lanes, knobs, repeat, rpc):
+    """Stands in for `time_candidate`: settings with a one-pixel tile crash the worker."""
+    if knobs.get("width_tile") == 1:
+        os._exit(11)
+    return 1.0 / knobs["width_tile"]
