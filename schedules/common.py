@@ -33,6 +33,23 @@ def static_extent(extent) -> int:
     return value if isinstance(value, int) else 0
 
 
+def register_tile(sch: s_tir.Schedule, block, tile_loop):
+    """Accumulate `block` in a local tile under `tile_loop`; return the block writing it back."""
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, tile_loop)
+    return write_back
+
+
+def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int) -> None:
+    """Write a register tile out, through the epilogue when there is one."""
+    if epilogue is not None:
+        sch.compute_inline(write_back)  # the epilogue reads the tile itself
+        sch.reverse_compute_at(epilogue, tile_loop)
+        vectorize_innermost(sch, epilogue, lanes)
+    else:
+        vectorize_innermost(sch, write_back, lanes)
+
+
 def divisor(extent, choices) -> int:
     """The first of `choices` that divides `extent` (1 for a symbolic extent)."""
     value = static_extent(extent)

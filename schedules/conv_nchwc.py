@@ -10,7 +10,15 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, divisors, inline_epilogue, static_extent, vectorize_innermost
+from .common import (
+    divisor,
+    divisors,
+    inline_epilogue,
+    register_tile,
+    static_extent,
+    store_tile,
+    vectorize_innermost,
+)
 
 
 @dataclass(frozen=True)
@@ -58,13 +66,6 @@ def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[Depthwi
     return [DepthwiseNCHWcKnobs(w, u, p) for w in divisors(width, 16) for u in (False, True) for p in (False, True)]
 
 
-def _registers(sch: s_tir.Schedule, block, tile_loop, lanes: int):
-    """Accumulate `block` in a local tile under `tile_loop` and return the write-back block."""
-    write_back = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(write_back, tile_loop)
-    return write_back
-
-
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
@@ -76,7 +77,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     # Each broadcast input feeds channel_tile FMAs, each weight vector width_tile FMAs.
     sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, ib, x_in, chunk_in, lane)
     sch.parallel(sch.fuse(n, chunk_out, y))
-    write_back = _registers(sch, block, x_out, lanes)
+    write_back = register_tile(sch, block, x_out)
     sch.vectorize(lane)
     sch.unroll(chunk_in)
     sch.unroll(x_in)
@@ -84,7 +85,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
         sch.unroll(kx)
     init = sch.decompose_reduction(block, ic)
     vectorize_innermost(sch, init, lanes)
-    _store(sch, write_back, epilogue, x_out, lanes)
+    store_tile(sch, write_back, epilogue, x_out, lanes)
 
 
 def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseNCHWcKnobs | None = None) -> None:
@@ -99,7 +100,7 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     sch.reorder(n, chunk, y, x_out, ky, kx, x_in, lane)
     sch.parallel(sch.fuse(n, chunk, y))
-    write_back = _registers(sch, block, x_out, lanes)
+    write_back = register_tile(sch, block, x_out)
     sch.vectorize(lane)
     sch.unroll(x_in)
     if knobs.unroll_taps:
@@ -107,14 +108,4 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
         sch.unroll(kx)
     init = sch.decompose_reduction(block, ky)
     vectorize_innermost(sch, init, lanes)
-    _store(sch, write_back, epilogue, x_out, lanes)
-
-
-def _store(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int) -> None:
-    """Write the register tile out, through the epilogue when there is one."""
-    if epilogue is not None:
-        sch.compute_inline(write_back)  # the epilogue reads the tile itself
-        sch.reverse_compute_at(epilogue, tile_loop)
-        vectorize_innermost(sch, epilogue, lanes)
-    else:
-        vectorize_innermost(sch, write_back, lanes)
+    store_tile(sch, write_back, epilogue, x_out, lanes)

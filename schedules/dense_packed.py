@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulator_tile, divisor, divisors, inline_epilogue, vectorize_innermost
+from .common import accumulator_tile, divisor, divisors, inline_epilogue, register_tile, store_tile, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -39,16 +39,10 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_blocks, columns_in)
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
-    write_back = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(write_back, outer)
+    write_back = register_tile(sch, block, outer)
     sch.vectorize(columns_in)
     sch.unroll(column_blocks)
     sch.unroll(rows_in)
     init = sch.decompose_reduction(block, reduction)
     vectorize_innermost(sch, init, lanes)
-    if epilogue is not None:
-        sch.compute_inline(write_back)
-        sch.reverse_compute_at(epilogue, outer)
-        vectorize_innermost(sch, epilogue, lanes)
-    else:
-        vectorize_innermost(sch, write_back, lanes)
+    store_tile(sch, write_back, epilogue, outer, lanes)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, divisors, vectorize_innermost
+from .common import divisor, divisors, register_tile, store_tile, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,10 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
     sch.reorder(eps, nu, n, chunk_out, tiles_out, ic, ib, tiles_in, chunk_in, lane)
     sch.parallel(sch.fuse(eps, nu, n, chunk_out))
-    write_back = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(write_back, tiles_out)
+    write_back = register_tile(sch, block, tiles_out)
     sch.vectorize(lane)
     sch.unroll(chunk_in)
     sch.unroll(tiles_in)
     init = sch.decompose_reduction(block, ic)
     vectorize_innermost(sch, init, lanes)
-    vectorize_innermost(sch, write_back, lanes)
+    store_tile(sch, write_back, None, tiles_out, lanes)  # the epilogue follows the output transform
