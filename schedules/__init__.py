@@ -19,6 +19,7 @@ from tvm import s_tir
 from . import conv_nchw, conv_nchwc, dense_packed, matmul, winograd_nchwc
 from .common import anchor_block
 
+
 class Rule(NamedTuple):
     schedule: Callable  # (sch, block, lanes, knobs=None)
     knobs: type  # the knobs' frozen dataclass

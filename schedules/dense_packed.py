@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulator_tile, divisor, divisors, inline_epilogue, register_tile, store_tile, vectorize_innermost
+from .common import (
+    accumulator_tile,
+    divisor,
+    divisors,
+    inline_epilogue,
+    register_tile,
+    store_tile,
+    vectorize_innermost,
+)
 
 
 @dataclass(frozen=True)

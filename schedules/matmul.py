@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulator_tile, divisor, divisors, inline_epilogue, vectorize_innermost
+from .common import (
+    accumulator_tile,
+    divisor,
+    divisors,
+    inline_epilogue,
+    vectorize_innermost,
+)
 
 
 @dataclass(frozen=True)
