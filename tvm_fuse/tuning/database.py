@@ -26,29 +26,31 @@ ISA_CLASSES = (("avx2", 8), ("avx512", 16), ("avx512-vnni", 16), ("amx", 16))
 
 class TuningDatabase:
     def __init__(self, records: Iterable[Record]):
-        self._best: dict[tuple[str, str, str], Record] = {}
+        self._best: dict[str, dict[tuple[str, str], Record]] = {}  # workload -> (isa, mcpu) -> fastest
         for record in records:
             if record.latency_ms is None:
                 continue
-            key = (record.workload, record.isa, record.mcpu)
-            best = self._best.get(key)
+            by_cpu = self._best.setdefault(record.workload, {})
+            best = by_cpu.get((record.isa, record.mcpu))
             if best is None or record.latency_ms < best.latency_ms:
-                self._best[key] = record
+                by_cpu[(record.isa, record.mcpu)] = record
 
     @classmethod
     def load(cls, paths: Iterable[Path | str]) -> TuningDatabase:
         return cls(log.read(paths))
 
     def __len__(self) -> int:
-        return len(self._best)
+        return sum(map(len, self._best.values()))
 
     def lookup(self, workload: str, isa: str, mcpu: str) -> Record | None:
         """The best record for `workload` usable on (`isa`, `mcpu`), nearest first."""
+        by_cpu = self._best.get(workload, {})
         for candidate_isa in _compatible(isa):
-            found = [r for (w, i, m), r in self._best.items() if w == workload and i == candidate_isa]
-            exact = [r for r in found if r.mcpu == mcpu]
-            if exact or found:
-                return min(exact or found, key=lambda r: r.latency_ms)
+            if (candidate_isa, mcpu) in by_cpu:
+                return by_cpu[(candidate_isa, mcpu)]
+            found = [r for (i, _), r in by_cpu.items() if i == candidate_isa]
+            if found:
+                return min(found, key=lambda r: r.latency_ms)
         return None
 
 

@@ -72,6 +72,7 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
     on a machine of TVM's RPC tracker `rpc` = (host, port, key) when given, else here."""
     from ..schedules import KNOBS_ATTR, apply
     from ..target import parse_target
+    from .workload import static_dim
 
     func = tvm.ir.load_json(func_json)
     scheduled = apply(func, lanes, knobs)
@@ -81,7 +82,7 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
                          target=parse_target(target))
     module, device = _remote(kernel, *rpc) if rpc is not None else (kernel.mod, tvm.cpu())
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal([_static(d) for d in p.shape]).astype(str(p.dtype)), device=device)
+    args = [tvm.runtime.tensor(rng.standard_normal([static_dim(d) for d in p.shape]).astype(str(p.dtype)), device=device)
             for p in func.params]
     timer = module.time_evaluator("main", device, number=1, repeat=repeat, f_preproc="cache_flush_cpu_non_first_arg")
     return float(timer(*args).median * 1e3)
@@ -95,8 +96,3 @@ def _remote(kernel, host: str, port: int, key: str):
         session = rpc.connect_tracker(host, port).request(key, priority=1, session_timeout=600)
         session.upload(path)
     return session.load_module("kernel.so"), session.cpu()
-
-
-def _static(dim) -> int:
-    """A dim's value; a symbolic one (a dynamic batch) is timed at 1."""
-    return int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1

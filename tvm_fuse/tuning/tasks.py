@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import tvm
@@ -12,7 +13,7 @@ from tvm import relax, s_tir
 
 from ..pipeline import optimize
 from ..schedules.common import anchor_block
-from .workload import workload_key
+from .workload import static_dim, workload_key
 
 
 @dataclass
@@ -21,17 +22,21 @@ class Task:
     func: tvm.tirx.PrimFunc  # unscheduled
     calls: int  # per run of the model
 
-    @property
+    @cached_property
     def rule(self) -> str:
         return anchor_block(s_tir.Schedule(self.func))[1]
 
-    @property
+    @cached_property
     def extents(self) -> list[int]:
         """The main block's iteration domain (a symbolic dim, a dynamic batch, as 1)."""
         sch = s_tir.Schedule(self.func)
         block, _ = anchor_block(sch)
-        return [int(iv.dom.extent) if isinstance(iv.dom.extent, tvm.tirx.IntImm) else 1
-                for iv in sch.get(block).iter_vars]
+        return [static_dim(iv.dom.extent) for iv in sch.get(block).iter_vars]
+
+    @cached_property
+    def func_json(self) -> str:
+        """The kernel as `tvm.ir.save_json`, as the measuring worker receives it."""
+        return tvm.ir.save_json(self.func)
 
     @property
     def flops(self) -> int:

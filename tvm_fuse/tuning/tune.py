@@ -116,7 +116,7 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
             predicted = None if defaults or explore else model.best(task.rule, task.extents, result.untried)
             knobs = predicted or result.untried[0]
             result.untried.remove(knobs)
-            latency, error = worker.run(time_candidate, (tvm.ir.save_json(task.func), target_string(tvm_target),
+            latency, error = worker.run(time_candidate, (task.func_json, target_string(tvm_target),
                                                          lanes, knobs, repeat, remote), timeout)
             log.append(path, Record(result.workload, isa, cpu, knobs, latency, error))
             measured += 1

@@ -10,6 +10,11 @@ from tvm import s_tir
 from ..schedules.common import anchor_block
 
 
+def static_dim(dim) -> int:
+    """A dim's value; a symbolic one (a dynamic batch) counts as 1."""
+    return int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1
+
+
 def workload_key(func: tvm.tirx.PrimFunc) -> str | None:
     """e.g. `tvm_fuse.conv_nchwc(1,16,16,16,16;16,16,3,3,16,16->1,16,14,14,16)`; None for a
     kernel without a schedule rule."""
