@@ -16,7 +16,14 @@ from typing import NamedTuple
 import tvm
 from tvm import s_tir
 
-from . import conv_nchw, conv_nchwc, dense_packed, matmul, winograd_nchwc
+from . import (
+    conv_nchw,
+    conv_nchwc,
+    conv_nchwc_int8,
+    dense_packed,
+    matmul,
+    winograd_nchwc,
+)
 from .common import anchor_block
 
 
@@ -31,6 +38,8 @@ RULES = {
     "tvm_fuse.conv_nchw": Rule(conv_nchw.schedule, conv_nchw.ConvKnobs, conv_nchw.default_knobs, conv_nchw.knob_space),
     "tvm_fuse.conv_nchwc": Rule(conv_nchwc.schedule, conv_nchwc.ConvNCHWcKnobs, conv_nchwc.default_knobs,
                                 conv_nchwc.knob_space),
+    "tvm_fuse.conv_nchwc_int8": Rule(conv_nchwc_int8.schedule, conv_nchwc_int8.ConvNCHWcInt8Knobs,
+                                     conv_nchwc_int8.default_knobs, conv_nchwc_int8.knob_space),
     "tvm_fuse.depthwise_nchwc": Rule(conv_nchwc.schedule_depthwise, conv_nchwc.DepthwiseNCHWcKnobs,
                                      conv_nchwc.default_depthwise_knobs, conv_nchwc.depthwise_knob_space),
     "tvm_fuse.matmul": Rule(matmul.schedule, matmul.MatmulKnobs, matmul.default_knobs, matmul.knob_space),

@@ -20,7 +20,7 @@ def tvm_fuse_cmd(*args, cwd=None):
     )
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"], ["explain"], ["tune"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["bench"], ["explain"], ["tune"], ["quantize"]])
 def test_help_documents_every_command(command, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main([*command, "--help"])
@@ -65,6 +65,8 @@ def test_bench_prints_latency_next_to_onnxruntime(tmp_path):
         (["run", "missing.so"], "no exported model"),
         (["build", "not_a_model"], "unknown model 'not_a_model'"),
         (["build", "resnet50", "--target", "llvm -mcpu=nonsense"], "does not know the CPU"),
+        (["build", "resnet50", "--int8"], "--int8 needs --calib PATH"),
+        (["build", "resnet50", "--int8", "--calib", "nowhere"], "neither a folder nor a .npy / .npz file"),
     ],
 )
 def test_errors_are_one_line_not_a_traceback(args, message, tmp_path):
@@ -88,3 +90,18 @@ def test_no_winograd_keeps_every_conv_direct(tmp_path, capsys, monkeypatch):
         assert cli.main(["explain", str(path), "--json", *flags]) == 0
         names[bool(flags)] = [k["name"] for k in json.loads(capsys.readouterr().out)["kernels"]]
     assert names == {False: ["winograd4_conv2d"], True: ["conv2d"]}
+
+
+@pytest.mark.vnni
+def test_quantize_then_build_int8_from_the_table(tmp_path, capsys):
+    from tests.quantization.models import residual_block
+
+    onnx.save(residual_block(), tmp_path / "block.onnx")
+    np.save(tmp_path / "samples.npy", np.random.default_rng(0).standard_normal((4, 32, 16, 16)).astype(np.float32))
+    table = tmp_path / "block.calib.json"
+    assert cli.main(["quantize", str(tmp_path / "block.onnx"), "--calib", str(tmp_path / "samples.npy"),
+                     "--calib-method", "minmax", "-o", str(table)]) == 0
+    assert "4 tensor scales from 4 batches (minmax)" in capsys.readouterr().out
+    assert cli.main(["explain", str(tmp_path / "block.onnx"), "--json", "--int8", "--calib", str(table)]) == 0
+    kernels = json.loads(capsys.readouterr().out)["kernels"]
+    assert [k["int8"] for k in kernels] == [True, True, True]

@@ -27,15 +27,20 @@ from .errors import (
     UnsupportedOpsError,
 )
 from .frontend.importer import TensorInfo
+from .quantization.calibrate import quantize
+from .quantization.config import QuantConfig
+from .quantization.table import CalibrationTable
 from .target import host_features, parse_target
 
 __all__ = [
+    "CalibrationTable",
     "CompileError",
     "CompiledModel",
     "ExportError",
     "InputError",
     "Latency",
     "ModelLoadError",
+    "QuantConfig",
     "TargetError",
     "TensorInfo",
     "TvmFuseError",
@@ -45,5 +50,6 @@ __all__ = [
     "host_features",
     "load",
     "parse_target",
+    "quantize",
     "set_num_threads",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -9,19 +10,17 @@ import tvm
 
 from . import artifact
 from .compiled_model import CompiledModel, set_num_threads
-from .errors import CompileError
+from .errors import CompileError, InputError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
-from .frontend.fixups import apply_fixups
-from .frontend.importer import (
-    graph_inputs,
-    import_onnx,
-    relax_outputs,
-    set_input_shapes,
-)
-from .frontend.load import load_model
+from .frontend import relax_module
+from .frontend.importer import graph_inputs, relax_outputs
 from .patterns.switches import disabled_families
 from .pipeline import finalizing_pipeline, lowered, optimize
+from .quantization.calibrate import calibrate
+from .quantization.config import QuantConfig
+from .quantization.table import CalibrationTable
 from .target import isa_features, parse_target, target_string
+from .transform.realize_int8 import RealizeInt8
 from .tuning.database import TuningDatabase, log_paths
 
 
@@ -33,6 +32,7 @@ def build(
     num_threads: int | None = None,
     disable_fusion: Iterable[str] | str | None = None,
     tuning_logs: Iterable[str | Path] | str | Path | None = None,
+    quantize: QuantConfig | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model for an x86 CPU.
 
@@ -51,6 +51,10 @@ def build(
             kernels' knobs. Default: those in `TVM_FUSE_TUNING_LOGS` (separated by
             `os.pathsep`), else the logs shipped with tvm_fuse. Kernels without a record keep
             their heuristic defaults; the fusion report counts both.
+        quantize: run in int8 (`QuantConfig`): calibrate on its samples first (as
+            `tvm_fuse.quantize`, on this machine), or use the table it names. Needs AVX-512
+            (with VNNI for full speed); on other targets the model builds in fp32, with a
+            warning. The fusion report marks each kernel's `int8`.
 
     Raises:
         ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
@@ -59,9 +63,12 @@ def build(
     tvm_target = parse_target(target)
     disabled = disabled_families(disable_fusion)
     tuning = TuningDatabase.load(log_paths(tuning_logs))
+    int8 = None
+    if quantize is not None:
+        int8 = int8_pass(model, quantize, tvm_target, input_shapes)
     onnx_model, mod = relax_module(model, input_shapes)
     try:
-        mod = optimize(mod, tvm_target, disabled, tuning)
+        mod = optimize(mod, tvm_target, disabled, tuning, int8(onnx_model) if int8 else None)
         report = fusion_report(mod, onnx_model, disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
@@ -81,13 +88,22 @@ def build(
     )
 
 
-def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None):
-    """(the ONNX model as imported, its Relax module): loaded, shapes fixed, fixed up, imported."""
-    onnx_model = load_model(model)
-    if input_shapes:
-        onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
-    onnx_model = apply_fixups(onnx_model)
-    return onnx_model, import_onnx(onnx_model)
+def int8_pass(model, config: QuantConfig, target: tvm.target.Target, input_shapes):
+    """A function of the imported ONNX model giving the `RealizeInt8` pass of `config`, or None
+    when the target cannot run int8 kernels."""
+    if not isinstance(config, QuantConfig):
+        raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
+    features = isa_features(target)
+    if "avx512bw" not in features:
+        warnings.warn(f"int8 kernels need AVX-512 (BW); {target_string(target)} builds in fp32")
+        return None
+    table = config.calibration
+    if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
+        table = CalibrationTable.load(table)
+    if not isinstance(table, CalibrationTable):
+        table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
+    vnni = "avx512_vnni" in features
+    return lambda onnx_model: RealizeInt8(onnx_model, table, vnni, config.per_channel, config.exclude)
 
 
 def load(path) -> CompiledModel:

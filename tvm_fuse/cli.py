@@ -13,10 +13,12 @@ import numpy as np
 from . import api, models
 from .benchmark import random_feed
 from .compare import compare
-from .errors import TvmFuseError
+from .errors import InputError, TvmFuseError
 from .explain import FusionReport
 from .frontend.load import load_model
 from .patterns.table import FAMILIES
+from .quantization.calibrate import quantize
+from .quantization.config import METHODS, QuantConfig
 from .target import host_cores, target_string
 from .transform.lower_composites import WINOGRAD_SWITCH
 from .tuning.database import ENV_LOGS
@@ -61,7 +63,19 @@ def _load_onnx(spec: str, batch: int):
 def _build(args):
     source = _load_onnx(args.model, args.batch)
     return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
-                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs)
+                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args))
+
+
+def _quant_config(args) -> QuantConfig | None:
+    if not args.int8:
+        if args.calib:
+            raise InputError("--calib is for int8 builds: add --int8")
+        return None
+    if not args.calib:
+        raise InputError("--int8 needs --calib PATH: input samples (.npy, .npz or a folder of them), "
+                         "or a table from `tvm-fuse quantize`")
+    return QuantConfig(calibration=args.calib, method=args.calib_method, exclude=args.int8_exclude or (),
+                       max_samples=args.calib_samples)
 
 
 def cmd_build(args) -> int:
@@ -139,6 +153,31 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def _int8_arguments(sub: argparse.ArgumentParser, switch: bool = True) -> None:
+    if switch:
+        sub.add_argument("--int8", action="store_true", help="run the conv kernels in int8 (needs --calib)")
+    sub.add_argument("--calib", metavar="PATH",
+                     help="calibration samples: a .npy of the input stacked along the batch axis, a .npz with one "
+                          "entry per input, a folder of either; or a .json table from `tvm-fuse quantize`")
+    sub.add_argument("--calib-method", choices=METHODS, default="entropy",
+                     help="how each tensor's range is chosen (default entropy)")
+    sub.add_argument("--calib-samples", type=int, metavar="N", help="calibrate on at most N batches")
+    sub.add_argument("--int8-exclude", action="append", metavar="NODE_OR_OP",
+                     help="ONNX node name or op type to keep in fp32 (repeatable)")
+
+
+def cmd_quantize(args) -> int:
+    if not args.calib:
+        raise InputError("quantize needs --calib PATH (.npy, .npz or a folder of them)")
+    table = quantize(_load_onnx(args.model, args.batch), args.calib, method=args.calib_method,
+                     exclude=args.int8_exclude or (), max_samples=args.calib_samples,
+                     input_shapes=dict(args.input_shape or []))
+    output = Path(args.output or Path(args.model).stem + ".calib.json")
+    table.save(output)
+    print(f"{len(table.tensors)} tensor scales from {table.samples} batches ({table.method}) -> {output}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="tvm-fuse",
@@ -163,6 +202,8 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--tuning-logs", action="append", metavar="PATH",
                              help=f"tuning log or folder of *.jsonl logs (repeatable); default: ${ENV_LOGS}, "
                                   "else the logs shipped with tvm_fuse")
+        if name not in ("tune", "quantize"):
+            _int8_arguments(sub)
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)
@@ -180,6 +221,11 @@ def parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true",
                          help='print JSON: {"kernels": [{"name", "pattern", "onnx_nodes"}], "unfused": '
                               '[{"onnx_node", "op_type", "reason"}], "folded": [...], "layout_transforms": N}')
+
+    quantize_ = command("quantize", cmd_quantize, "calibrate a model for int8 and save its table of tensor scales")
+    _int8_arguments(quantize_, switch=False)
+    quantize_.add_argument("-o", "--output", help="table path (default: MODEL's name with .calib.json); "
+                                                  "build with --int8 --calib TABLE")
 
     tune_ = command("tune", cmd_tune, "measure knob settings of the model's kernels and append them to a tuning log")
     tune_.add_argument("--trials", type=int, default=100, help="new settings to measure, over all kernels (default 100)")

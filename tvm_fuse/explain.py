@@ -23,6 +23,7 @@ from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
 from .schedules import KNOBS_ATTR
 from .transform.lower_matmuls import KERNEL_ATTR
+from .transform.realize_int8 import INT8_ATTR
 from .transform.rebind import use_counts
 
 _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}
@@ -30,7 +31,7 @@ _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matm
 
 @dataclass
 class FusionReport:
-    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes"}
+    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes", "int8"}
     unfused: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}
     folded: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}: no kernel at run time
     layout_transforms: int = 0
@@ -51,6 +52,9 @@ class FusionReport:
         counts = Counter(k["pattern"] for k in self.kernels)
         lines = [f"{self.kernel_calls} kernel calls per run, {len(self.kernels)} of them fused kernels:"]
         lines += [f"  {n:4d} x {pattern}" for pattern, n in counts.most_common()]
+        int8 = sum(1 for k in self.kernels if k.get("int8"))
+        if int8:
+            lines.append(f"{int8} of the fused kernels run in int8")
         lines.append(f"{len(self.unfused)} ONNX nodes left unfused:")
         lines += [f"  {u['onnx_node']} ({u['op_type']}): {u['reason']}" for u in self.unfused]
         lines.append(f"{len(self.folded)} ONNX nodes computed at build time or removed")
@@ -85,7 +89,8 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             name, func = kernel
             kernel_labels = list(dict.fromkeys(labels[i] for i in provenance.span_nodes(binding.value)))
             covered.update(kernel_labels)
-            report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels})
+            report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels,
+                                   "int8": bool(func.attrs.get(INT8_ATTR, False))})
         elif isinstance(binding.value, relax.Call) and binding.value.op.name == "relax.layout_transform":
             report.layout_transforms += 1
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order

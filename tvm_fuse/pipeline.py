@@ -59,12 +59,15 @@ def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tra
     return [PadConvChannels(lanes), BlockedLayout(lanes), SinkLayoutTransforms(), relax.transform.FoldConstant()]
 
 
-def fuse(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
-    """Matches of the fusion table become composite functions, then one kernel each."""
+def fuse(target: tvm.target.Target, disabled: Collection[str],
+         int8: tvm.transform.Pass | None = None) -> list[tvm.transform.Pass]:
+    """Matches of the fusion table become composite functions, then one kernel each; `int8`
+    (`RealizeInt8`, or `ExposeTensors` to calibrate) sees the composites first."""
     return [
         OrderResidualAdds(),
         RecordProvenance(),
         FusePatterns(disabled),
+        *([int8] if int8 else []),
         LowerComposites(vector_lanes(target)),
         LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
     ]
@@ -104,10 +107,11 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
 
 
 def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
-             tuning: TuningDatabase | None = None) -> tvm.IRModule:
-    """Run every phase of `PHASES`, then `kernels`: the fused, scheduled graph the fusion
-    report reads."""
-    passes = [p for phase in PHASES for p in phase(target, disabled)] + kernels(target, tuning)
+             tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None) -> tvm.IRModule:
+    """Run every phase of `PHASES` (`int8` goes to `fuse`), then `kernels`: the fused,
+    scheduled graph the fusion report reads."""
+    passes = [p for phase in PHASES for p in (fuse(target, disabled, int8) if phase is fuse
+                                             else phase(target, disabled))] + kernels(target, tuning)
     return _in_target("tvm_fuse.optimize", passes, target)(mod)
 
 

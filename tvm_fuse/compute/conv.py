@@ -9,18 +9,19 @@ from . import SCHEDULE_RULE
 CONV_RULE = "tvm_fuse.conv_nchw"
 
 
-def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0):
+def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0):
     """A window sliding over `data`'s spatial axes (those after N and C, but the last
-    `trailing`, such as NCHWc's channel block): the zero-padded input, the output size, one
-    reduction axis per kernel axis, and `at(y)`, the input position output `y` reads at the
-    current kernel tap. `padding` lists the leading pads of every spatial axis, then the
+    `trailing`, such as NCHWc's channel block): the input padded with `pad_value`, the output
+    size, one reduction axis per kernel axis, and `at(y)`, the input position output `y` reads
+    at the current kernel tap. `padding` lists the leading pads of every spatial axis, then the
     trailing ones (Relax's order: top, left, bottom, right for 2-D)."""
     rank = len(kernel)
     before, after = list(padding[:rank]), list(padding[rank:])
     spatial = data.shape[2:len(data.shape) - trailing]
     padded = data
     if any(before + after):
-        padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing], name="pad")
+        padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing],
+                             pad_value=pad_value, name="pad")
     out_size = [(spatial[a] + before[a] + after[a] - dilation[a] * (kernel[a] - 1) - 1) // strides[a] + 1
                 for a in range(rank)]
     taps = [te.reduce_axis((0, kernel[a]), name=f"k{a}") for a in range(rank)]

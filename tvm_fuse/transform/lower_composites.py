@@ -62,12 +62,14 @@ def _anchor(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearranged: _W
     return depthwise_conv2d_nchwc(data, weight, *geometry)
 
 
-def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var], rearranged: _Weight | None):
-    """A `call_te` function computing the composite's body on te tensors, binding by binding."""
+def composite_compute(body: relax.SeqExpr, params: list[relax.Var], anchor, inputs=None):
+    """A `call_te` function computing a composite's body on te tensors, binding by binding:
+    `anchor(call, *operands)` computes its first binding, `epilogue` the others.
+    `inputs(param, tensor)`, if given, may replace a parameter's tensor (e.g. dequantize it)."""
     (block,) = body.blocks
 
     def compute(*tensors):
-        values = dict(zip(params, tensors))
+        values = {p: inputs(p, t) if inputs else t for p, t in zip(params, tensors)}
 
         def operand(arg):
             return values[arg] if isinstance(arg, relax.Var) else arg  # PrimValue bounds of clip
@@ -75,8 +77,7 @@ def _kernel_compute(body: relax.SeqExpr, params: list[relax.Var], rearranged: _W
         for index, binding in enumerate(block.bindings):
             call = binding.value
             args = [operand(a) for a in call.args]
-            values[binding.var] = (_anchor(call, *args, rearranged) if index == 0
-                                   else epilogue.apply(call.op.name, args, call.attrs))
+            values[binding.var] = anchor(call, *args) if index == 0 else epilogue.apply(call.op.name, args, call.attrs)
         return values[body.body]
 
     return compute
@@ -133,7 +134,8 @@ class _Lowerer(relax.PyExprMutator):
             args[rearranged.position] = rearranged.value
         winograd = f"winograd{rearranged.winograd_tile}_" if rearranged and rearranged.winograd_tile else ""
         kernel = self.builder_.call_te(
-            _kernel_compute(func.body, list(func.params), rearranged),
+            composite_compute(func.body, list(func.params),
+                              lambda call, data, weight: _anchor(call, data, weight, rearranged)),
             *args,
             primfunc_name_hint=winograd + pattern.replace("+", "_"),
             primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": _OPAQUE},

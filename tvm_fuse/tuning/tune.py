@@ -21,8 +21,8 @@ from pathlib import Path
 
 import tvm
 
-from ..api import relax_module
 from ..errors import TvmFuseError
+from ..frontend import relax_module
 from ..patterns.switches import disabled_families
 from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string

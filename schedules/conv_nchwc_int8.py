@@ -1,0 +1,75 @@
+"""int8 NCHW{c}c convolution (`tvm_fuse.compute.conv_nchwc_int8`): the fp32 kernel's register
+tile (`width_tile` pixels x `channel_tile` output blocks of 16 s32 accumulators), with each
+step a 16 x 4 u8 x s8 dot product tensorized as VNNI's `vpdpbusd`, or on AVX-512 without VNNI
+as `vpmaddubsw` + `vpmaddwd` (whose int16 sums the weights' 7-bit range keeps from
+saturating, see `tvm_fuse.quantization.weights`), as the compute's block asks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from ..compute.conv_nchwc_int8 import DOT_PRODUCT_ATTR
+from .common import (
+    divisor,
+    divisors,
+    register_tile,
+    static_extent,
+    store_tile,
+    vectorize_innermost,
+)
+from .intrinsics import AVX512_DOT, VNNI_DOT
+
+
+@dataclass(frozen=True)
+class ConvNCHWcInt8Knobs:
+    width_tile: int  # output pixels of a row accumulated together
+    channel_tile: int = 1  # output channel blocks accumulated together
+
+
+def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcInt8Knobs:
+    loops = sch.get_loops(block)
+    chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
+    channel_tile = divisor(chunks, (4, 2, 1) if width >= 28 else (2, 1))
+    return ConvNCHWcInt8Knobs(divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile)
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcInt8Knobs]:
+    loops = sch.get_loops(block)
+    chunks, width = (sch.get(loops[axis]).extent for axis in (1, 3))
+    return [ConvNCHWcInt8Knobs(w, c) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28]
+
+
+def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs | None = None) -> None:
+    knobs = knobs or default_knobs(sch, block, lanes)
+    epilogue = _inline_elementwise(sch, block)
+    for pad in sch.get_producers(block):
+        sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
+    n, chunk, y, x, lane, ic, ky, kx, iq, q = sch.get_loops(block)
+    chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
+    x_out, x_in = sch.split(x, [None, knobs.width_tile])
+    sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, iq, x_in, chunk_in, lane, q)
+    sch.parallel(sch.fuse(n, chunk_out, y))
+    write_back = register_tile(sch, block, x_out)
+    sch.unroll(chunk_in)
+    sch.unroll(x_in)
+    init = sch.decompose_reduction(block, ic)
+    vectorize_innermost(sch, init, lanes)
+    vnni = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vnni")) == "vnni"
+    sch.tensorize(lane, VNNI_DOT if vnni else AVX512_DOT)
+    store_tile(sch, write_back, epilogue, x_out, lanes)
+
+
+def _inline_elementwise(sch: s_tir.Schedule, anchor):
+    """Inline every elementwise stage into the last one, which writes the output, and return
+    it (None if the anchor writes it): the epilogue after the anchor, and before it the
+    dequantization of a u8 residual."""
+    pads = [sch.get(p) for p in sch.get_producers(anchor)]
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    if sch.get(blocks[-1]).same_as(sch.get(anchor)):
+        return None
+    for stage in blocks[:-1]:
+        if not sch.get(stage).same_as(sch.get(anchor)) and not any(sch.get(stage).same_as(p) for p in pads):
+            sch.compute_inline(stage)
+    return blocks[-1]

@@ -1,0 +1,55 @@
+"""The int8 conv kernel computes exactly the integer convolution, padding with the zero point."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+from tvm_fuse.schedules import KNOBS_ATTR, apply
+
+from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
+from tvm_fuse.quantization.weights import pack_vnni
+
+TARGETS = {True: "cascadelake", False: "skylake-avx512"}
+
+
+def _reference(data, weight, stride, pad, zero_point):
+    """NCHW u8 x OIHW s8 -> s32, in int64 numpy."""
+    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=zero_point)
+    kernel = weight.shape[2]
+    out = (padded.shape[2] - kernel) // stride + 1
+    result = np.zeros((1, weight.shape[0], out, out), np.int64)
+    for ky in range(kernel):
+        for kx in range(kernel):
+            window = padded[:, :, ky:ky + stride * out:stride, kx:kx + stride * out:stride]
+            result += np.einsum("nchw,kc->nkhw", window, weight[:, :, ky, kx].astype(np.int64))
+    return result
+
+
+@pytest.mark.parametrize("vnni", [pytest.param(True, marks=pytest.mark.vnni),
+                                  pytest.param(False, marks=pytest.mark.avx512)])
+@pytest.mark.parametrize("channels, kernel, stride, pad, zero_point",
+                         [(32, 3, 1, 1, 0), (16, 3, 2, 1, 128), (32, 1, 1, 0, 7)])
+def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point):
+    rng = np.random.default_rng(0)
+    size, out_channels, block = 10, 32, 16
+    limit = 127 if vnni else 63  # without VNNI, 7-bit weights keep vpmaddubsw's int16 sums exact
+    data = rng.integers(0, 256, (1, channels, size, size), dtype=np.uint8)
+    weight = rng.integers(-limit, limit + 1, (out_channels, channels, kernel, kernel), dtype=np.int8)
+    blocked_data = data.reshape(1, channels // block, block, size, size).transpose(0, 1, 3, 4, 2)
+    blocked_weight = weight.reshape(out_channels // block, block, channels // block, block, kernel, kernel)
+    packed = pack_vnni(blocked_weight.transpose(0, 2, 4, 5, 3, 1))
+
+    data_t = te.placeholder(blocked_data.shape, "uint8", name="data")
+    weight_t = te.placeholder(packed.shape, "int8", name="weight")
+    out_t = conv2d_nchwc_int8(data_t, weight_t, (stride, stride), (pad,) * 4, (1, 1), zero_point, vnni)
+    func = apply(te.create_prim_func([data_t, weight_t, out_t]), 16)
+    assert func.attrs[KNOBS_ATTR] == "default"  # scheduled (tensorized) by its rule
+    target = tvm.target.Target({"kind": "llvm", "mcpu": TARGETS[vnni]})
+    kernel_fn = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    args = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in (blocked_data, packed)]
+    out = tvm.runtime.tensor(np.zeros([int(d) for d in out_t.shape], np.int32))
+    kernel_fn["main"](*args, out)
+    ours = out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, out_channels, *out.shape[2:4])
+    np.testing.assert_array_equal(ours, _reference(data, weight, stride, pad, zero_point))

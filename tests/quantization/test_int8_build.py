@@ -1,0 +1,85 @@
+"""int8 builds of a residual block: what runs in int8, how close it stays to fp32, and the
+instructions its kernels use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tvm_fuse
+from tests.conftest import ort_outputs
+from tvm_fuse import CalibrationTable, QuantConfig
+from tvm_fuse.quantization.table import TensorScale
+
+from .models import residual_block
+
+SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
+# Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
+TABLE = CalibrationTable({"x": TensorScale(0.03, 128), "a": TensorScale(0.02, 0), "b": TensorScale(0.03, 0)},
+                         "minmax")
+
+
+def _int8_patterns(model) -> list[str]:
+    return [k["pattern"] for k in model.fusion_report()["kernels"] if k["int8"]]
+
+
+@pytest.mark.parametrize("cpu, instruction", [("cascadelake", "vpdpbusd"), ("skylake-avx512", "vpmaddubsw")])
+def test_int8_kernels_use_the_targets_dot_product(cpu, instruction):
+    """Compiles only: runs on any host."""
+    model = tvm_fuse.build(residual_block(), f"llvm -mcpu={cpu}", quantize=QuantConfig(calibration=TABLE))
+    assembly = model.assembly()
+    assert instruction in assembly and "zmm" in assembly
+    assert len(_int8_patterns(model)) == 3
+
+
+def test_without_avx512_the_model_builds_in_fp32():
+    with pytest.warns(UserWarning, match="int8 kernels need AVX-512"):
+        model = tvm_fuse.build(residual_block(), "llvm -mcpu=haswell", quantize=QuantConfig(calibration=TABLE))
+    assert _int8_patterns(model) == []
+
+
+@pytest.mark.vnni
+@pytest.mark.parametrize("method", ["minmax", "entropy", "percentile"])
+def test_a_calibrated_block_stays_close_to_fp32(method):
+    model = residual_block()
+    table = tvm_fuse.quantize(model, SAMPLES, method=method)
+    assert set(table.tensors) == {"x", "a", "b", "y"}  # what the int8 kernels read and write
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    # conv2 reads conv1's u8 output and adds x dequantized; conv3 reads conv2's u8 output.
+    assert sorted(_int8_patterns(int8)) == ["conv2d+bias", "conv2d+bias+relu", "conv2d+bias+sum+relu"]
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 32, 16, 16)).astype(np.float32)}
+    (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
+    # Entropy and percentile clip the rarest values (on purpose: finer steps for the rest),
+    # so only minmax bounds every error: a few percent of the range after three u8 layers.
+    assert np.corrcoef(ours.ravel(), reference.ravel())[0, 1] > 0.99
+    assert np.abs(ours - reference).mean() <= 0.1 * np.abs(reference).mean()
+    if method == "minmax":
+        assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+
+
+@pytest.mark.avx512
+def test_avx512_without_vnni_keeps_weights_from_saturating():
+    """The vpmaddubsw kernels (7-bit weights) agree with the VNNI ones to within their rounding."""
+    model = residual_block()
+    feed = {"x": SAMPLES[:1]}
+    skylake = tvm_fuse.build(model, "llvm -mcpu=skylake-avx512", quantize=QuantConfig(calibration=TABLE))
+    (ours,), (reference,) = skylake.run(None, feed), ort_outputs(model, feed)
+    assert np.abs(ours - reference).max() <= 0.08 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_an_excluded_node_stays_fp32_and_the_model_runs(tmp_path):
+    model = residual_block()
+    path = tmp_path / "block.calib.json"
+    tvm_fuse.quantize(model, SAMPLES, method="minmax").save(path)
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=str(path), exclude=["conv2"]))
+    assert sorted(_int8_patterns(int8)) == ["conv2d+bias", "conv2d+bias+relu"]
+    feed = {"x": SAMPLES[:1]}
+    (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+
+
+@pytest.mark.avx512
+def test_constant_calibration_data_gives_finite_scales():
+    table = tvm_fuse.quantize(residual_block(), np.zeros((2, 32, 16, 16), np.float32))
+    assert all(np.isfinite(s.scale) and s.scale > 0 for s in table.tensors.values())

@@ -1,0 +1,70 @@
+"""Calibration methods on distributions whose right answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_fuse.quantization.ranges import entropy_range, minmax_range, percentile_range
+from tvm_fuse.quantization.statistics import TensorStatistics
+from tvm_fuse.quantization.table import TensorScale
+
+
+def _stats(*batches) -> TensorStatistics:
+    stats = TensorStatistics()
+    for batch in batches:
+        stats.add(np.asarray(batch, np.float32))
+    return stats
+
+
+def test_minmax_covers_every_value():
+    stats = _stats([-1.5, 0.2], [3.0, 0.0])
+    assert minmax_range(stats) == (-1.5, 3.0)
+
+
+def test_percentile_clips_rare_outliers():
+    rng = np.random.default_rng(0)
+    values = np.abs(rng.standard_normal(100_000))
+    values[:10] = 1000.0  # 0.01% outliers
+    low, high = percentile_range(_stats(values), 99.9)
+    assert low == 0.0
+    assert 3.0 < high < 4.0  # |N(0,1)|'s 99.9th percentile is 3.29, within a bin of 0.49
+
+
+def test_entropy_threshold_clips_a_long_tail_but_keeps_the_bulk():
+    rng = np.random.default_rng(0)
+    values = np.maximum(rng.standard_normal(200_000), 0)  # ReLU'd normal: range [0, T]
+    values[:5] = 50.0
+    low, high = entropy_range(_stats(values))
+    assert low == 0.0
+    assert 2.5 < high < 25.0  # far below the outliers, beyond most of the mass
+
+
+def test_entropy_of_a_signed_tensor_is_symmetric():
+    rng = np.random.default_rng(1)
+    low, high = entropy_range(_stats(rng.standard_normal(100_000)))
+    assert low == -high and 2.0 < high < 5.0
+
+
+def test_histogram_keeps_its_mass_when_a_later_feed_widens_the_range():
+    stats = _stats(np.linspace(0, 1, 1000), np.linspace(0, 8, 1000))
+    assert stats.histogram.sum() == 2000
+    assert stats.bound == 8.0
+
+
+def test_inf_or_nan_is_refused():
+    with pytest.raises(FloatingPointError):
+        _stats([1.0, np.nan])
+
+
+@pytest.mark.parametrize("low, high", [(0.0, 0.0), (5.0, 5.0), (-2.0, -2.0)])
+def test_constant_tensors_get_finite_scales(low, high):
+    scale = TensorScale.from_range(low, high)
+    assert np.isfinite(scale.scale) and scale.scale > 0 and 0 <= scale.zero_point <= 255
+
+
+def test_zero_is_exact_on_the_u8_grid():
+    scale = TensorScale.from_range(-1.0, 3.0)
+    assert scale.zero_point == round(1.0 / scale.scale)
+    assert abs(scale.scale - 4.0 / 255) < 1e-9
+    assert TensorScale.from_range(0.0, 6.0).zero_point == 0

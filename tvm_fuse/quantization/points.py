@@ -1,0 +1,122 @@
+"""Where a fused graph can run in int8: its conv kernels whose data, residual and output can be
+named, and the names. Scales are kept by ONNX tensor name, so a calibration table reads like
+ONNX Runtime's, survives a rebuild, and `exclude` can speak of node names and op types.
+
+A Relax variable's ONNX tensor is the first output of the last ONNX node it computes (a fused
+kernel computes its chain's nodes; the last one in the graph's order is the chain's end). Ops
+the compiler added, such as layout transforms and channel cuts, carry no node: they name the
+tensor they read, since they keep its values.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import onnx
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from .. import provenance
+from ..patterns.table import ANCHOR_ATTR, NODES_ATTR
+
+_BLOCKED = re.compile(r"NCHW(\d+)c")
+_VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}
+OUT_BLOCK = 16  # output channels per s32 zmm register
+
+
+@dataclass(frozen=True)
+class QuantizableConv:
+    """A fused conv kernel that may run in int8, as bound in `main`."""
+
+    var: relax.Var
+    data: str  # ONNX tensor names
+    residual: str | None
+    output: str
+
+
+def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, str]:
+    """Every nameable variable of `main` -> its ONNX tensor. A name two variables compute (a
+    node lowered to several bindings) is given to neither; copies that keep the values share
+    their source's."""
+    main = mod["main"]
+    nodes = model.graph.node
+    names: dict[relax.Var, str] = {p: p.name for p in main.params}
+    computed: dict[str, int] = {}  # name -> how many variables compute it
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                continue
+            indices = _nodes(mod, binding.var, value)
+            if indices:
+                names[binding.var] = nodes[max(indices)].output[0]
+                computed[names[binding.var]] = computed.get(names[binding.var], 0) + 1
+            elif _op_name(value) in _VALUE_PRESERVING and value.args[0] in names:
+                names[binding.var] = names[value.args[0]]
+    return {var: name for var, name in names.items() if computed.get(name, 0) <= 1}
+
+
+def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = ()
+                      ) -> list[QuantizableConv]:
+    """The conv kernels of `main` (composites of the fusion table) an int8 kernel can compute:
+    a dense (ungrouped) conv with constant weights, input channel blocks of a multiple of 4
+    (the image's 3 channels are not), output blocks of 16, and no node in `exclude` by name
+    or op type."""
+    names = tensor_names(mod, model)
+    nodes = model.graph.node
+    found = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            func = _composite(mod, binding.value)
+            if func is None or str(func.attrs[ANCHOR_ATTR]) != "conv":
+                continue
+            indices = _composite_nodes(func)
+            if any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in indices):
+                continue
+            conv = func.body.blocks[0].bindings[0].value
+            args = dict(zip(func.params, binding.value.args))
+            if not (_int8_conv(conv) and isinstance(args.get(conv.args[1]), GenericConst)):
+                continue
+            data = args[conv.args[0]]
+            others = [a for p, a in args.items() if not p.same_as(conv.args[0]) and not isinstance(a, GenericConst)]
+            if len(others) > 1 or data not in names or binding.var not in names or (others and others[0] not in names):
+                continue
+            found.append(QuantizableConv(binding.var, names[data], names[others[0]] if others else None,
+                                         names[binding.var]))
+    return found
+
+
+def _int8_conv(conv: relax.Call) -> bool:
+    attrs = conv.attrs
+    data_block = _BLOCKED.fullmatch(str(attrs.data_layout))
+    out_block = _BLOCKED.fullmatch(str(attrs.out_layout))
+    return (conv.op.name == "relax.nn.conv2d" and int(attrs.groups) == 1 and data_block is not None
+            and out_block is not None and int(data_block.group(1)) % 4 == 0
+            and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
+
+
+def _composite(mod: tvm.IRModule, value) -> relax.Function | None:
+    if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
+        return None
+    func = mod[value.op]
+    return func if isinstance(func, relax.Function) and ANCHOR_ATTR in (func.attrs or {}) else None
+
+
+def _composite_nodes(func: relax.Function) -> list[int]:
+    return [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
+
+
+def _nodes(mod: tvm.IRModule, var: relax.Var, value: relax.Call) -> list[int]:
+    func = _composite(mod, value)
+    if func is not None:
+        return _composite_nodes(func)
+    index = provenance.node_index(var)
+    return [index] if index is not None else provenance.span_nodes(value)
+
+
+def _op_name(value: relax.Call) -> str | None:
+    return value.op.name if isinstance(value.op, tvm.ir.Op) else None
+

@@ -1,0 +1,37 @@
+"""For calibration: `main` also returns the tensors the int8 kernels would read and write
+(`quantization.points`), after its own outputs, so one run of the fp32 model yields their values."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import onnx
+import tvm
+from tvm import relax
+
+from ..quantization.points import quantizable_convs, tensor_names
+
+
+def ExposeTensors(model: onnx.ModelProto, exclude: Collection[str], exposed: list[str]) -> tvm.transform.Pass:
+    """`exposed` receives the names of the returned tensors, in order."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ExposeTensors")
+    def expose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        wanted = {n for c in quantizable_convs(mod, model, exclude) for n in (c.data, c.residual, c.output) if n}
+        by_name: dict[str, relax.Var] = {}
+        for var, name in tensor_names(mod, model).items():
+            if name in wanted:
+                by_name.setdefault(name, var)  # the first: the one a layout copy was made from
+        exposed[:] = sorted(by_name)
+        main = mod["main"]
+        *blocks, last = main.body.blocks
+        fields = [main.body.body, *(by_name[n] for n in exposed)]
+        results = relax.Var("calibration_outputs", relax.TupleType([f.ty for f in fields]))
+        bindings = list(last.bindings) + [relax.VarBinding(results, relax.Tuple(fields))]
+        block = relax.DataflowBlock(bindings) if isinstance(last, relax.DataflowBlock) else relax.BindingBlock(bindings)
+        body = relax.SeqExpr([*blocks, block], results)
+        updated = mod.clone()
+        updated["main"] = relax.Function(main.params, body, results.ty, main.is_pure, main.attrs)
+        return updated
+
+    return expose

@@ -1,0 +1,162 @@
+"""Run conv kernels in int8 where a calibration table gives their tensors a scale.
+
+Each such kernel (a composite of the fusion table, `quantization.points`) becomes ONE int8
+kernel: u8 data times s8 weights (per output channel, quantized and packed here, at build
+time) accumulated in s32, then in the epilogue, on the register tile: the accumulator scaled
+to real values, the composite's own post-ops (bias, scale/shift, activation, residual add,
+with a u8 residual dequantized on the fly), and the result quantized back to u8. So a chain
+of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
+
+A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
+fp32 (a model output, a pooling or another op reads it). An fp32 tensor an int8 kernel reads
+is quantized once by a kernel of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+import onnx
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from .. import provenance
+from ..compute import requantize
+from ..compute.conv_nchwc_int8 import conv2d_nchwc_int8
+from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
+from ..quantization.points import QuantizableConv, quantizable_convs
+from ..quantization.table import CalibrationTable, TensorScale
+from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
+from .lower_composites import composite_compute
+from .rebind import mutate_functions
+
+_OPAQUE = 8  # relax OpPatternKind kOpaque
+INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
+
+
+def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per_channel: bool = True,
+                exclude: Collection[str] = ()) -> tvm.transform.Pass:
+    """`vnni`: the target has `vpdpbusd`; without it weights keep 7 bits (`quantization.weights`).
+    `exclude`: node names or op types left fp32, besides the table's own."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
+    def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        convs = [c for c in quantizable_convs(mod, model, {*table.exclude, *exclude})
+                 if all(n in table.tensors for n in (c.data, c.residual) if n)]
+        if not convs:
+            return mod
+        realizer = _Realizer(mod, convs, table, vnni, per_channel)
+        main = mod.get_global_var("main")
+        updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
+        return relax.transform.DeadCodeElimination()(updated)
+
+    return realize
+
+
+def _readers(func: relax.Function) -> dict[relax.Var, list]:
+    """var -> the bindings' variables reading it (None for the function's result)."""
+    readers: dict[relax.Var, list] = {}
+
+    def note(expr, reader):
+        if isinstance(expr, relax.Var):
+            readers.setdefault(expr, []).append(reader)
+        elif isinstance(expr, relax.Tuple):
+            for field in expr.fields:
+                note(field, reader)
+        elif isinstance(expr, relax.Call):
+            for arg in expr.args:
+                note(arg, reader)
+
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            note(binding.value, binding.var)
+    note(func.body.body, None)
+    return readers
+
+
+@mutator
+class _Realizer(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], table: CalibrationTable, vnni: bool,
+                 per_channel: bool):
+        super().__init__(mod)
+        self.mod = mod
+        self.convs = {c.var: c for c in convs}
+        readers = _readers(mod["main"])
+        self.u8_out = {c.var for c in convs if c.output in table.tensors and readers.get(c.var)
+                       and all(r in self.convs for r in readers[c.var])}
+        self.table = table
+        self.vnni = vnni
+        self.per_channel = per_channel
+        self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        conv = self.convs.get(binding.var)
+        if conv is None:
+            return super().visit_var_binding_(binding)
+        call = binding.value
+        func = self.mod[call.op]
+        params = list(func.params)
+        anchor = func.body.blocks[0].bindings[0].value
+        data_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[0]))
+        weight_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[1]))
+        args = [self.visit_expr(a) for a in call.args]
+        data_scale = self.table.tensors[conv.data]
+        args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
+        weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale)
+        args[weight_position] = relax.const(weight)
+        residual = self.table.tensors[conv.residual] if conv.residual else None
+        output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
+        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
+        pattern = str(func.attrs[PATTERN_ATTR])
+        kernel = self.builder_.call_te(
+            compute, *args, relax.const(correction), relax.const(multiplier),
+            primfunc_name_hint="int8_" + pattern.replace("+", "_"),
+            primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], INT8_ATTR: True,
+                            "op_pattern": _OPAQUE},
+        )
+        nodes = [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
+        located = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(located, binding.var.name))
+
+    def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
+        """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor)."""
+        if value.ty.dtype == "uint8":
+            return value
+        if original not in self.quantized:
+            self.quantized[original] = self.builder_.emit(self.builder_.call_te(
+                requantize.quantize, value, scale.scale, scale.zero_point, primfunc_name_hint="quantize"))
+        return self.quantized[original]
+
+    def _weights(self, weight: np.ndarray, data: TensorScale):
+        """(packed s8 weights, the s32 correction for the data's zero point, the s32 -> real
+        multiplier), the last two per output channel as (1, C, 1, 1, c)."""
+        codes, scale = quantize_blocked_weight(weight, S8_MAX if self.vnni else S7_MAX, self.per_channel)
+        per_channel = (1, scale.shape[0], 1, 1, scale.shape[1])
+        correction = (-data.zero_point * codes.astype(np.int32).sum(axis=(1, 2, 3, 4))).astype(np.int32)
+        return pack_vnni(codes), correction.reshape(per_channel), (data.scale * scale).reshape(per_channel)
+
+
+def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: TensorScale | None,
+                  output: TensorScale | None, vnni: bool):
+    attrs = anchor_call.attrs
+    geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
+
+    def compute(*tensors):
+        *composite_inputs, correction, multiplier = tensors
+
+        def anchor(_call, data, weight):
+            acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni)
+            return requantize.dequantize_accumulator(acc, correction, multiplier)
+
+        def inputs(param, tensor):
+            if residual is not None and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
+                return requantize.dequantize(tensor, residual.scale, residual.zero_point)
+            return tensor
+
+        real = composite_compute(func.body, params, anchor, inputs)(*composite_inputs)
+        return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
+
+    return compute
