@@ -9,7 +9,11 @@ import tvm
 from tvm import te, topi
 
 from tvm_fuse import schedules
-from tvm_fuse.compute.winograd_nchwc import choose_tile, conv2d_winograd_nchwc, transform_weight
+from tvm_fuse.compute.winograd_nchwc import (
+    choose_tile,
+    conv2d_winograd_nchwc,
+    transform_weight,
+)
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.apply_schedules import vector_lanes
 

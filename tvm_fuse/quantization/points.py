@@ -20,11 +20,11 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
+from ..compute.conv_nchwc_int8 import OUT_BLOCK
 from ..patterns.table import ANCHOR_ATTR, NODES_ATTR
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}
-OUT_BLOCK = 16  # output channels per s32 zmm register
 
 
 @dataclass(frozen=True)
