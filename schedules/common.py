@@ -33,10 +33,18 @@ def static_extent(extent) -> int:
     return value if isinstance(value, int) else 0
 
 
-def register_tile(sch: s_tir.Schedule, block, tile_loop):
-    """Accumulate `block` in a local tile under `tile_loop`; return the block writing it back."""
+def accumulate_in_registers(sch: s_tir.Schedule, block, tile_loop, unrolled, lane, first_reduction, lanes: int):
+    """Accumulate `block` in a local tile under `tile_loop`: the tile's loops `unrolled`, `lane`
+    vectorized (None: the caller tensorizes it), and the tile's zeroing split off before
+    `first_reduction` and vectorized. Return the block writing the tile back."""
     write_back = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(write_back, tile_loop)
+    if lane is not None:
+        sch.vectorize(lane)
+    for loop in unrolled:
+        sch.unroll(loop)
+    init = sch.decompose_reduction(block, first_reduction)
+    vectorize_innermost(sch, init, lanes)
     return write_back
 
 

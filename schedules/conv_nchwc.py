@@ -11,13 +11,12 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .common import (
+    accumulate_in_registers,
     divisor,
     divisors,
     inline_epilogue,
-    register_tile,
     static_extent,
     store_tile,
-    vectorize_innermost,
 )
 
 
@@ -77,14 +76,8 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     # Each broadcast input feeds channel_tile FMAs, each weight vector width_tile FMAs.
     sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, ib, x_in, chunk_in, lane)
     sch.parallel(sch.fuse(n, chunk_out, y))
-    write_back = register_tile(sch, block, x_out)
-    sch.vectorize(lane)
-    sch.unroll(chunk_in)
-    sch.unroll(x_in)
-    if knobs.unroll_kernel_width:
-        sch.unroll(kx)
-    init = sch.decompose_reduction(block, ic)
-    vectorize_innermost(sch, init, lanes)
+    unrolled = [chunk_in, x_in] + ([kx] if knobs.unroll_kernel_width else [])
+    write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)
 
 
@@ -100,12 +93,6 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     sch.reorder(n, chunk, y, x_out, ky, kx, x_in, lane)
     sch.parallel(sch.fuse(n, chunk, y))
-    write_back = register_tile(sch, block, x_out)
-    sch.vectorize(lane)
-    sch.unroll(x_in)
-    if knobs.unroll_taps:
-        sch.unroll(ky)
-        sch.unroll(kx)
-    init = sch.decompose_reduction(block, ky)
-    vectorize_innermost(sch, init, lanes)
+    unrolled = [x_in] + ([ky, kx] if knobs.unroll_taps else [])
+    write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ky, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)

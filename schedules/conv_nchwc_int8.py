@@ -12,12 +12,11 @@ from tvm import s_tir
 
 from ..compute.conv_nchwc_int8 import DOT_PRODUCT_ATTR
 from .common import (
+    accumulate_in_registers,
     divisor,
     divisors,
-    register_tile,
     static_extent,
     store_tile,
-    vectorize_innermost,
 )
 from .intrinsics import AVX512_DOT, VNNI_DOT
 
@@ -51,11 +50,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs |
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, iq, x_in, chunk_in, lane, q)
     sch.parallel(sch.fuse(n, chunk_out, y))
-    write_back = register_tile(sch, block, x_out)
-    sch.unroll(chunk_in)
-    sch.unroll(x_in)
-    init = sch.decompose_reduction(block, ic)
-    vectorize_innermost(sch, init, lanes)
+    write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)
     vnni = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vnni")) == "vnni"
     sch.tensorize(lane, VNNI_DOT if vnni else AVX512_DOT)
     store_tile(sch, write_back, epilogue, x_out, lanes)

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .common import (
+    accumulate_in_registers,
     accumulator_tile,
     divisor,
     divisors,
     inline_epilogue,
-    register_tile,
     store_tile,
-    vectorize_innermost,
 )
 
 
@@ -47,10 +46,5 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_blocks, columns_in)
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
-    write_back = register_tile(sch, block, outer)
-    sch.vectorize(columns_in)
-    sch.unroll(column_blocks)
-    sch.unroll(rows_in)
-    init = sch.decompose_reduction(block, reduction)
-    vectorize_innermost(sch, init, lanes)
+    write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, reduction, lanes)
     store_tile(sch, write_back, epilogue, outer, lanes)

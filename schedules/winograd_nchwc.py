@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, divisors, register_tile, store_tile, vectorize_innermost
+from .common import (
+    accumulate_in_registers,
+    divisor,
+    divisors,
+    store_tile,
+    vectorize_innermost,
+)
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,5 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
     sch.reorder(eps, nu, n, chunk_out, tiles_out, ic, ib, tiles_in, chunk_in, lane)
     sch.parallel(sch.fuse(eps, nu, n, chunk_out))
-    write_back = register_tile(sch, block, tiles_out)
-    sch.vectorize(lane)
-    sch.unroll(chunk_in)
-    sch.unroll(tiles_in)
-    init = sch.decompose_reduction(block, ic)
-    vectorize_innermost(sch, init, lanes)
+    write_back = accumulate_in_registers(sch, block, tiles_out, [chunk_in, tiles_in], lane, ic, lanes)
     store_tile(sch, write_back, None, tiles_out, lanes)  # the epilogue follows the output transform
