@@ -27,14 +27,26 @@ class ConvNCHWcKnobs:
     unroll_kernel_width: bool = False  # unroll the kernel-width taps too
 
 
-def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
+def default_register_tile(sch: s_tir.Schedule, block) -> tuple[int, int]:
+    """(width_tile, channel_tile) for a conv block whose loops start n, chunk, y, x."""
     loops = sch.get_loops(block)
     chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
     # Up to 28 accumulators leaves registers for the weight vectors; wide rows take more
     # channel blocks. Over the benchmark CNNs' convs this lands within 8% of the best knobs
     # measured per layer.
     channel_tile = divisor(chunks, (4, 2, 1) if width >= 28 else (2, 1))
-    return ConvNCHWcKnobs(divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile)
+    return divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile
+
+
+def register_tiles(sch: s_tir.Schedule, block) -> list[tuple[int, int]]:
+    """Every (width_tile, channel_tile) of at most 28 accumulators the loop extents divide."""
+    loops = sch.get_loops(block)
+    chunks, width = (sch.get(loops[axis]).extent for axis in (1, 3))
+    return [(w, c) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28]
+
+
+def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
+    return ConvNCHWcKnobs(*default_register_tile(sch, block))
 
 
 @dataclass(frozen=True)
@@ -52,12 +64,10 @@ def default_depthwise_knobs(sch: s_tir.Schedule, block, lanes: int) -> Depthwise
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
-    """Every register tile of at most 28 accumulators the loop extents divide."""
-    loops = sch.get_loops(block)
-    chunks, width, kernel_w = (sch.get(loops[axis]).extent for axis in (1, 3, 7))
+    """Every register tile (`register_tiles`), with and without the kernel width unrolled."""
+    kernel_w = sch.get(sch.get_loops(block)[7]).extent
     unrolls = (False, True) if static_extent(kernel_w) > 1 else (False,)
-    return [ConvNCHWcKnobs(w, c, u) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28
-            for u in unrolls]
+    return [ConvNCHWcKnobs(w, c, u) for w, c in register_tiles(sch, block) for u in unrolls]
 
 
 def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:

@@ -11,13 +11,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from ..compute.conv_nchwc_int8 import DOT_PRODUCT_ATTR
-from .common import (
-    accumulate_in_registers,
-    divisor,
-    divisors,
-    static_extent,
-    store_tile,
-)
+from .common import accumulate_in_registers, store_tile
+from .conv_nchwc import default_register_tile, register_tiles
 from .intrinsics import AVX512_DOT, VNNI_DOT
 
 
@@ -28,16 +23,11 @@ class ConvNCHWcInt8Knobs:
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcInt8Knobs:
-    loops = sch.get_loops(block)
-    chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
-    channel_tile = divisor(chunks, (4, 2, 1) if width >= 28 else (2, 1))
-    return ConvNCHWcInt8Knobs(divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile)
+    return ConvNCHWcInt8Knobs(*default_register_tile(sch, block))  # the fp32 conv's tile
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcInt8Knobs]:
-    loops = sch.get_loops(block)
-    chunks, width = (sch.get(loops[axis]).extent for axis in (1, 3))
-    return [ConvNCHWcInt8Knobs(w, c) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28]
+    return [ConvNCHWcInt8Knobs(w, c) for w, c in register_tiles(sch, block)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs | None = None) -> None:
