@@ -162,6 +162,11 @@ def _annotate_calls(pattern: DFPattern, base: DFPattern, annotations: dict) -> N
     walk(pattern)
 
 
+def composite_nodes(func: relax.Function) -> list[int]:
+    """The ONNX nodes a composite function computes (its `NODES_ATTR`)."""
+    return [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
+
+
 def _namer(anchor: Anchor):
     def attrs(annotated) -> dict[str, str]:
         # Also the ONNX nodes: it keeps equal chains at different places apart (the module

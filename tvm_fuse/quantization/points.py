@@ -21,7 +21,7 @@ from tvm.ir.expr import GenericConst
 
 from .. import provenance
 from ..compute.conv_nchwc_int8 import OUT_BLOCK
-from ..patterns.table import ANCHOR_ATTR, NODES_ATTR
+from ..patterns.table import ANCHOR_ATTR, composite_nodes
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}
@@ -73,7 +73,7 @@ def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collec
             func = _composite(mod, binding.value)
             if func is None or str(func.attrs[ANCHOR_ATTR]) != "conv":
                 continue
-            indices = _composite_nodes(func)
+            indices = composite_nodes(func)
             if any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in indices):
                 continue
             conv = func.body.blocks[0].bindings[0].value
@@ -105,14 +105,10 @@ def _composite(mod: tvm.IRModule, value) -> relax.Function | None:
     return func if isinstance(func, relax.Function) and ANCHOR_ATTR in (func.attrs or {}) else None
 
 
-def _composite_nodes(func: relax.Function) -> list[int]:
-    return [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
-
-
 def _nodes(mod: tvm.IRModule, var: relax.Var, value: relax.Call) -> list[int]:
     func = _composite(mod, value)
     if func is not None:
-        return _composite_nodes(func)
+        return composite_nodes(func)
     index = provenance.node_index(var)
     return [index] if index is not None else provenance.span_nodes(value)
 

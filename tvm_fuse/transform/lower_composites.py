@@ -31,7 +31,7 @@ from ..compute.winograd_nchwc import (
     conv2d_winograd_nchwc,
     transform_weight,
 )
-from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
+from ..patterns.table import ANCHOR_ATTR, PATTERN_ATTR, composite_nodes
 from .rebind import mutate_functions
 
 _OPAQUE = 8  # relax OpPatternKind kOpaque
@@ -127,23 +127,30 @@ class _Lowerer(relax.PyExprMutator):
         func = self.mod[call.op]
         if not isinstance(func, relax.Function) or PATTERN_ATTR not in (func.attrs or {}):
             return call
-        pattern = str(func.attrs[PATTERN_ATTR])
         args = list(call.args)
         rearranged = _rearranged_weight(func, args, self.block, self.winograd)
         if rearranged is not None:
             args[rearranged.position] = rearranged.value
         winograd = f"winograd{rearranged.winograd_tile}_" if rearranged and rearranged.winograd_tile else ""
-        kernel = self.builder_.call_te(
-            composite_compute(func.body, list(func.params),
-                              lambda call, data, weight: _anchor(call, data, weight, rearranged)),
-            *args,
-            primfunc_name_hint=winograd + pattern.replace("+", "_"),
-            primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": _OPAQUE},
-        )
-        # Kernels of equal shape share one function; each call site records its own nodes.
-        nodes = [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
-        located = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
-        return self.builder_.normalize(located)
+        compute = composite_compute(func.body, list(func.params),
+                                    lambda call, data, weight: _anchor(call, data, weight, rearranged))
+        return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, winograd))
+
+
+def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args, prefix: str = "",
+                attrs: dict | None = None) -> relax.Call:
+    """A call of the kernel `compute` builds for the composite `func` on `args`, named after
+    its pattern (after `prefix`), with the pattern's attributes (and `attrs`) on the kernel
+    and the composite's ONNX nodes on the call."""
+    pattern = str(func.attrs[PATTERN_ATTR])
+    kernel = builder.call_te(
+        compute, *args,
+        primfunc_name_hint=prefix + pattern.replace("+", "_"),
+        primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": _OPAQUE,
+                        **(attrs or {})},
+    )
+    # Kernels of equal shape share one function; each call site records its own nodes.
+    return relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(composite_nodes(func)))
 
 
 WINOGRAD_SWITCH = "TVM_FUSE_DISABLE_WINOGRAD"

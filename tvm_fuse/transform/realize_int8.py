@@ -22,17 +22,14 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .. import provenance
 from ..compute import requantize
 from ..compute.conv_nchwc_int8 import conv2d_nchwc_int8
-from ..patterns.table import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
 from ..quantization.points import QuantizableConv, quantizable_convs
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
-from .lower_composites import composite_compute
+from .lower_composites import composite_compute, kernel_call
 from .rebind import mutate_functions
 
-_OPAQUE = 8  # relax OpPatternKind kOpaque
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 
 
@@ -109,15 +106,8 @@ class _Realizer(PyExprMutator):
         residual = self.table.tensors[conv.residual] if conv.residual else None
         output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
-        pattern = str(func.attrs[PATTERN_ATTR])
-        kernel = self.builder_.call_te(
-            compute, *args, relax.const(correction), relax.const(multiplier),
-            primfunc_name_hint="int8_" + pattern.replace("+", "_"),
-            primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], INT8_ATTR: True,
-                            "op_pattern": _OPAQUE},
-        )
-        nodes = [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]
-        located = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+        located = kernel_call(self.builder_, func, compute, [*args, relax.const(correction), relax.const(multiplier)],
+                              "int8_", {INT8_ATTR: True})
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(located, binding.var.name))
 
