@@ -63,12 +63,10 @@ def build(
     tvm_target = parse_target(target)
     disabled = disabled_families(disable_fusion)
     tuning = TuningDatabase.load(log_paths(tuning_logs))
-    int8 = None
-    if quantize is not None:
-        int8 = int8_pass(model, quantize, tvm_target, input_shapes)
     onnx_model, mod = relax_module(model, input_shapes)
+    int8 = None if quantize is None else int8_pass(model, onnx_model, quantize, tvm_target, input_shapes)
     try:
-        mod = optimize(mod, tvm_target, disabled, tuning, int8(onnx_model) if int8 else None)
+        mod = optimize(mod, tvm_target, disabled, tuning, int8)
         report = fusion_report(mod, onnx_model, disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
@@ -88,9 +86,9 @@ def build(
     )
 
 
-def int8_pass(model, config: QuantConfig, target: tvm.target.Target, input_shapes):
-    """A function of the imported ONNX model giving the `RealizeInt8` pass of `config`, or None
-    when the target cannot run int8 kernels."""
+def int8_pass(model, onnx_model, config: QuantConfig, target: tvm.target.Target, input_shapes):
+    """The `RealizeInt8` pass of `config` for `model` (`onnx_model` as imported), or None when
+    the target cannot run int8 kernels."""
     if not isinstance(config, QuantConfig):
         raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
     features = isa_features(target)
@@ -103,7 +101,7 @@ def int8_pass(model, config: QuantConfig, target: tvm.target.Target, input_shape
     if not isinstance(table, CalibrationTable):
         table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
     vnni = "avx512_vnni" in features
-    return lambda onnx_model: RealizeInt8(onnx_model, table, vnni, config.per_channel, config.exclude)
+    return RealizeInt8(onnx_model, table, vnni, config.per_channel, config.exclude)
 
 
 def load(path) -> CompiledModel:
