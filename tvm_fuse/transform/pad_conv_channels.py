@@ -17,7 +17,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import is_op, mutate_functions, use_counts
+from .rebind import is_op, mutate_functions, readers, use_counts
 
 # Pad only when the padding is at most this share of the channels.
 MAX_PADDING = 1 / 32
@@ -76,12 +76,7 @@ def _plan(func: relax.Function, block: int) -> dict:
     """Each paddable conv and the elementwise chain only it feeds: var -> (channels, padded, last)."""
     uses = use_counts(func)
     bindings = [b for blk in func.body.blocks for b in blk.bindings if isinstance(b, relax.VarBinding)]
-    readers: dict[relax.Var, list[relax.VarBinding]] = {}
-    for binding in bindings:
-        if isinstance(binding.value, relax.Call):
-            for arg in binding.value.args:
-                if isinstance(arg, relax.Var):
-                    readers.setdefault(arg, []).append(binding)
+    read_by = readers(func)
     plan = {}
     for binding in bindings:
         conv = binding.value
@@ -94,9 +89,9 @@ def _plan(func: relax.Function, block: int) -> dict:
         if padded is None:
             continue
         chain = [binding.var]
-        while uses[chain[-1]] == 1 and len(readers.get(chain[-1], [])) == 1:
-            reader = readers[chain[-1]][0]
-            if not _elementwise_per_channel(reader.value, chain[-1], channels):
+        while uses[chain[-1]] == 1 and len(read_by.get(chain[-1], [])) == 1:
+            reader = read_by[chain[-1]][0]  # None: the function returns it
+            if reader is None or not _elementwise_per_channel(reader.value, chain[-1], channels):
                 break
             chain.append(reader.var)
         plan.update({var: (channels, padded, var.same_as(chain[-1])) for var in chain})

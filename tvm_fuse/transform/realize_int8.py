@@ -28,7 +28,7 @@ from ..quantization.points import QuantizableConv, quantizable_convs
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
 from .lower_composites import composite_compute, kernel_call
-from .rebind import mutate_functions
+from .rebind import mutate_functions, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 
@@ -52,27 +52,6 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
     return realize
 
 
-def _readers(func: relax.Function) -> dict[relax.Var, list]:
-    """var -> the bindings' variables reading it (None for the function's result)."""
-    readers: dict[relax.Var, list] = {}
-
-    def note(expr, reader):
-        if isinstance(expr, relax.Var):
-            readers.setdefault(expr, []).append(reader)
-        elif isinstance(expr, relax.Tuple):
-            for field in expr.fields:
-                note(field, reader)
-        elif isinstance(expr, relax.Call):
-            for arg in expr.args:
-                note(arg, reader)
-
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            note(binding.value, binding.var)
-    note(func.body.body, None)
-    return readers
-
-
 @mutator
 class _Realizer(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], table: CalibrationTable, vnni: bool,
@@ -80,9 +59,9 @@ class _Realizer(PyExprMutator):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
-        readers = _readers(mod["main"])
-        self.u8_out = {c.var for c in convs if c.output in table.tensors and readers.get(c.var)
-                       and all(r in self.convs for r in readers[c.var])}
+        read_by = readers(mod["main"])
+        self.u8_out = {c.var for c in convs if c.output in table.tensors and read_by.get(c.var)
+                       and all(r is not None and r.var in self.convs for r in read_by[c.var])}
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel

@@ -101,3 +101,18 @@ def use_counts(func: relax.Function) -> Counter:
     counts: Counter = Counter()
     relax.analysis.post_order_visit(func, lambda e: counts.update([e]) if isinstance(e, relax.Var) else None)
     return counts
+
+
+def readers(func: relax.Function) -> dict[relax.Var, list[relax.VarBinding | None]]:
+    """Each variable -> the bindings reading it, once per read (None: `func` returns it)."""
+    found: dict[relax.Var, list[relax.VarBinding | None]] = {}
+
+    def note(expr: relax.Expr, reader: relax.VarBinding | None) -> None:
+        relax.analysis.post_order_visit(
+            expr, lambda e: found.setdefault(e, []).append(reader) if isinstance(e, relax.Var) else None)
+
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            note(binding.value, binding)
+    note(func.body.body, None)
+    return found
