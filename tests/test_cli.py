@@ -105,3 +105,6 @@ def test_quantize_then_build_int8_from_the_table(tmp_path, capsys):
     assert cli.main(["explain", str(tmp_path / "block.onnx"), "--json", "--int8", "--calib", str(table)]) == 0
     kernels = json.loads(capsys.readouterr().out)["kernels"]
     assert [k["int8"] for k in kernels] == [True, True, True]
+    assert cli.main(["bench", str(tmp_path / "block.onnx"), "--int8", "--calib", str(table),
+                     "--repeat", "2", "--warmup", "1"]) == 0
+    assert "tvm_fuse in int8 (3 int8 kernels), ONNX Runtime in fp32" in capsys.readouterr().out

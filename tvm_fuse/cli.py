@@ -125,11 +125,13 @@ def cmd_tune(args) -> int:
 def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
-                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs)
+                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args))
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
+    int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])
     print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
-          f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime")
+          f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime"
+          + (f"; tvm_fuse in int8 ({int8} int8 kernels), ONNX Runtime in fp32" if args.int8 else ""))
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
         return 0
