@@ -31,6 +31,16 @@ def test_percentile_clips_rare_outliers():
     assert 3.0 < high < 4.0  # |N(0,1)|'s 99.9th percentile is 3.29, within a bin of 0.49
 
 
+def test_entropy_threshold_ignores_exact_zeros():
+    """Half of a ReLU's output is exactly 0, which every grid holds exactly: the threshold
+    must be the one of the positive values alone (counted in the first bin, the zeros pulled
+    it down to a quarter of the range on ResNet-18)."""
+    positive = np.abs(np.random.default_rng(0).standard_normal(200_000))
+    relu = np.concatenate([positive, np.zeros(200_000)])
+    assert entropy_range(_stats(relu)) == pytest.approx(entropy_range(_stats(positive)), rel=0.02)
+    assert entropy_range(_stats(positive))[1] > 0.6 * positive.max()
+
+
 def test_entropy_threshold_clips_a_long_tail_but_keeps_the_bulk():
     rng = np.random.default_rng(0)
     values = np.maximum(rng.standard_normal(200_000), 0)  # ReLU'd normal: range [0, T]

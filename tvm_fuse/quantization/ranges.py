@@ -29,8 +29,11 @@ def percentile_range(stats: TensorStatistics, percentile: float) -> tuple[float,
 def entropy_range(stats: TensorStatistics) -> tuple[float, float]:
     """T minimizing KL(P || Q): P the histogram clipped at T (the clipped mass in the last
     bin), Q the same bins quantized to the tensor's levels (as TensorRT's calibrator, and
-    MXNet's after it)."""
+    MXNet's after it). Exact zeros are left out: every grid holds 0 exactly, and counted in
+    the first bin they would pull T down (Q spreads that bin's spike over the bins merged
+    with it, so the fewer bins per level, the smaller the divergence)."""
     histogram = stats.histogram.astype(np.float64)
+    histogram[0] -= stats.zeros
     levels = UNSIGNED_LEVELS if stats.minimum >= 0 else SIGNED_LEVELS
     if histogram.sum() == 0 or len(histogram) <= levels:
         return minmax_range(stats)

@@ -1,6 +1,7 @@
 """Statistics of a tensor over the calibration feeds, in one pass (a feed iterable may be a
-generator): its extremes, and the histogram of its absolute values over [0, max |x|], spread
-onto the wider range whenever a feed goes beyond it (as ONNX Runtime's calibrator does)."""
+generator): its extremes, the histogram of its absolute values over [0, max |x|], spread
+onto the wider range whenever a feed goes beyond it (as ONNX Runtime's calibrator does), and
+how many values are exactly zero (half of a ReLU's output)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class TensorStatistics:
     minimum: float = np.inf
     maximum: float = -np.inf
     histogram: np.ndarray = field(default_factory=lambda: np.zeros(HISTOGRAM_BINS, np.float64))
+    zeros: int = 0  # also counted in the histogram's first bin
 
     @property
     def bound(self) -> float:
@@ -31,6 +33,7 @@ class TensorStatistics:
         if not np.all(np.isfinite(values)):
             raise FloatingPointError("holds inf or NaN")
         old_bound = self.bound
+        self.zeros += int(np.count_nonzero(values == 0))
         self.minimum = min(self.minimum, float(values.min()))
         self.maximum = max(self.maximum, float(values.max()))
         if self.bound == 0:
