@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -10,17 +9,15 @@ import tvm
 
 from . import artifact
 from .compiled_model import CompiledModel, set_num_threads
-from .errors import CompileError, InputError
+from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
 from .patterns.switches import disabled_families
 from .pipeline import finalizing_pipeline, lowered, optimize
-from .quantization.calibrate import calibrate
 from .quantization.config import QuantConfig
-from .quantization.table import CalibrationTable
+from .quantization.realization import int8_pass
 from .target import isa_features, parse_target, target_string
-from .transform.realize_int8 import RealizeInt8
 from .tuning.database import TuningDatabase, log_paths
 
 
@@ -52,7 +49,9 @@ def build(
             `os.pathsep`), else the logs shipped with tvm_fuse. Kernels without a record keep
             their heuristic defaults; the fusion report counts both.
         quantize: run in int8 (`QuantConfig`): calibrate on its samples first (as
-            `tvm_fuse.quantize`, on this machine), or use the table it names. Needs AVX-512
+            `tvm_fuse.quantize`, on this machine), or use the table it names. A pre-quantized
+            (QDQ) model runs in int8 on the scales of its own QuantizeLinear nodes unless
+            `quantize` says otherwise. Needs AVX-512
             (with VNNI for full speed); on other targets the model builds in fp32, with a
             warning. The fusion report marks each kernel's `int8`.
 
@@ -63,8 +62,9 @@ def build(
     tvm_target = parse_target(target)
     disabled = disabled_families(disable_fusion)
     tuning = TuningDatabase.load(log_paths(tuning_logs))
-    onnx_model, mod = relax_module(model, input_shapes)
-    int8 = None if quantize is None else int8_pass(model, onnx_model, quantize, tvm_target, input_shapes)
+    imported = relax_module(model, input_shapes)
+    onnx_model, mod = imported.onnx, imported.mod
+    int8 = int8_pass(model, imported, quantize, tvm_target, input_shapes)
     try:
         mod = optimize(mod, tvm_target, disabled, tuning, int8)
         report = fusion_report(mod, onnx_model, disabled)
@@ -84,24 +84,6 @@ def build(
         isa_features(tvm_target),
         report,
     )
-
-
-def int8_pass(model, onnx_model, config: QuantConfig, target: tvm.target.Target, input_shapes):
-    """The `RealizeInt8` pass of `config` for `model` (`onnx_model` as imported), or None when
-    the target cannot run int8 kernels."""
-    if not isinstance(config, QuantConfig):
-        raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
-    features = isa_features(target)
-    if "avx512bw" not in features:
-        warnings.warn(f"int8 kernels need AVX-512 (BW); {target_string(target)} builds in fp32")
-        return None
-    table = config.calibration
-    if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
-        table = CalibrationTable.load(table)
-    if not isinstance(table, CalibrationTable):
-        table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
-    vnni = "avx512_vnni" in features
-    return RealizeInt8(onnx_model, table, vnni, config.per_channel, config.exclude)
 
 
 def load(path) -> CompiledModel:

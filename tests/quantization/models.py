@@ -1,4 +1,5 @@
-"""Small conv models for the int8 tests: a stem conv and a residual block, as in ResNet."""
+"""Small conv models for the int8 tests: a stem (the image's conv and max-pool) and a residual
+block, as in ResNet; and the same quantized by ONNX Runtime's tool."""
 
 from __future__ import annotations
 
@@ -35,3 +36,55 @@ def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
+
+
+def stem(size: int = 32, seed: int = 0):
+    """x (3 channels) -> conv7x7/2 + relu -> maxpool3x3/2 -> conv3x3 + relu (y), as ResNet's
+    stem and first layer."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(2 / np.prod(shape[1:])))
+                                       .astype(np.float32), name)
+               for name, shape in (("w1", (16, 3, 7, 7)), ("w2", (16, 16, 3, 3)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[3, 3, 3, 3], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["a"], name="relu1"),
+        helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
+    ]
+    out = size // 4
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, out, out])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
+    """`model` quantized by ONNX Runtime's tool: static QDQ, per-channel s8 weights, minmax
+    ranges over `samples` (stacked on the batch axis)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{model.graph.input[0].name: s[None]} for s in samples])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder, "float.onnx"), Path(folder, "qdq.onnx")
+        onnx.save(model, source)
+        quantize_static(source, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
+                        weight_type=QuantType.QInt8)
+        return onnx.load(target)

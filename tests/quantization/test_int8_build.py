@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
+from tvm import relax
 
 import tvm_fuse
 from tests.conftest import ort_outputs
 from tvm_fuse import CalibrationTable, QuantConfig
+from tvm_fuse.frontend import relax_module
+from tvm_fuse.pipeline import optimize
 from tvm_fuse.quantization.table import TensorScale
+from tvm_fuse.target import parse_target
+from tvm_fuse.transform.realize_int8 import RealizeInt8
 
-from .models import residual_block
+from .models import residual_block, stem
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -83,3 +89,27 @@ def test_an_excluded_node_stays_fp32_and_the_model_runs(tmp_path):
 def test_constant_calibration_data_gives_finite_scales():
     table = tvm_fuse.quantize(residual_block(), np.zeros((2, 32, 16, 16), np.float32))
     assert all(np.isfinite(s.scale) and s.scale > 0 for s in table.tensors.values())
+
+
+def _max_pool_dtypes(model_proto, table) -> list[str]:
+    """The dtype each max-pool of the int8 build reads."""
+    imported = relax_module(model_proto)
+    mod = optimize(imported.mod, parse_target("llvm -mcpu=cascadelake"),
+                   int8=RealizeInt8(imported.onnx, table, vnni=True))
+    return [b.value.args[0].ty.dtype for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and b.value.op.same_as(tvm.ir.Op.get("relax.nn.max_pool2d"))]
+
+
+@pytest.mark.vnni
+def test_the_image_conv_and_max_pool_run_in_int8():
+    """The 3-channel conv reads its input padded to 4 channels (the pad a real zero); the
+    max-pool after it works on its u8 codes, so the conv after reads them with no rounding."""
+    model = stem()
+    samples = np.random.default_rng(3).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    assert _int8_patterns(int8) == ["conv2d+relu", "conv2d+relu"]
+    assert _max_pool_dtypes(model, table) == ["uint8"]
+    feed = {"x": samples[:1]}
+    (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
+    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()

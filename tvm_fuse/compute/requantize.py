@@ -27,11 +27,19 @@ def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
                       name="dequantize")
 
 
-def quantize(real: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
-    """Round to the nearest code (ties to even, as ONNX QuantizeLinear) and saturate."""
+def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None = None) -> te.Tensor:
+    """Round to the nearest code (ties to even, as ONNX QuantizeLinear) and saturate. `block`:
+    the last axis padded to this many lanes with the code of zero (a 3-channel image made
+    4-channel for the int8 conv's quads)."""
+    lanes = real.shape[-1]
 
     def value(*i):
         code = te.nearbyint(real(*i) * (1.0 / scale)) + float(zero_point)
         return te.max(te.min(code, float(U8_MAX)), 0.0).astype("uint8")
 
-    return te.compute(real.shape, value, name="quantize")
+    if block is None or block == lanes:
+        return te.compute(real.shape, value, name="quantize")
+    return te.compute((*real.shape[:-1], block),
+                      lambda *i: te.if_then_else(i[-1] < lanes, value(*i[:-1], te.min(i[-1], lanes - 1)),
+                                                 te.const(zero_point, "uint8")),
+                      name="quantize")

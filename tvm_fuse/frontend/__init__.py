@@ -1,18 +1,32 @@
-"""ONNX in: load a model, fix its shapes, repair what TVM's importer rejects, import it."""
+"""ONNX in: load a model, fix its shapes, read its QDQ pairs, repair what TVM's importer
+rejects, import it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
+import onnx
+import tvm
+
+from ..quantization.qdq import read_qdq
+from ..quantization.table import CalibrationTable
 from .fixups import apply_fixups
 from .importer import import_onnx, set_input_shapes
 from .load import load_model
 
 
-def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None):
-    """(the ONNX model as imported, its Relax module): loaded, shapes fixed, fixed up, imported."""
+class ImportedModel(NamedTuple):
+    onnx: onnx.ModelProto  # as imported: shapes fixed, float graph, fixed up
+    mod: tvm.IRModule
+    qdq_scales: CalibrationTable | None  # a pre-quantized (QDQ) model's own activation scales
+
+
+def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ImportedModel:
+    """The model loaded, shapes fixed, QDQ pairs read (`quantization.qdq`), fixed up, imported."""
     onnx_model = load_model(model)
     if input_shapes:
         onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
+    onnx_model, qdq_scales = read_qdq(onnx_model)
     onnx_model = apply_fixups(onnx_model)
-    return onnx_model, import_onnx(onnx_model)
+    return ImportedModel(onnx_model, import_onnx(onnx_model), qdq_scales)

@@ -15,7 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 
-def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Values known at import time: initializers and Constant nodes with a tensor value."""
     values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     for node in graph.node:
@@ -38,7 +38,7 @@ def _replace_nodes(model: onnx.ModelProto, rewrite: Callable) -> onnx.ModelProto
 
 def fold_constant_of_shape(model: onnx.ModelProto) -> onnx.ModelProto:
     """ConstantOfShape with a constant shape -> a Constant holding the filled tensor."""
-    constants = _constants(model.graph)
+    constants = constant_values(model.graph)
 
     def rewrite(node):
         if node.op_type != "ConstantOfShape" or node.input[0] not in constants:
@@ -79,7 +79,7 @@ def _dim_source(name: str, producers: dict, constants: dict) -> tuple[str, int] 
 
 def range_over_dim_to_cumsum(model: onnx.ModelProto) -> onnx.ModelProto:
     """Range(0, Shape(x)[i], 1) -> exclusive CumSum over ones of Shape(x)[i:i+1]."""
-    constants = _constants(model.graph)
+    constants = constant_values(model.graph)
     producers = {out: node for node in model.graph.node for out in node.output}
 
     def is_scalar(name, value):

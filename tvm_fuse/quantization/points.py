@@ -62,9 +62,9 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
 def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = ()
                       ) -> list[QuantizableConv]:
     """The conv kernels of `main` (composites of the fusion table) an int8 kernel can compute:
-    a dense (ungrouped) conv with constant weights, input channel blocks of a multiple of 4
-    (the image's 3 channels are not), output blocks of 16, and no node in `exclude` by name
-    or op type."""
+    a dense (ungrouped) conv with constant weights, output blocks of 16, and no node in
+    `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the image's 3
+    channels, are padded when quantized.)"""
     names = tensor_names(mod, model)
     nodes = model.graph.node
     found = []
@@ -94,8 +94,7 @@ def _int8_conv(conv: relax.Call) -> bool:
     data_block = _BLOCKED.fullmatch(str(attrs.data_layout))
     out_block = _BLOCKED.fullmatch(str(attrs.out_layout))
     return (conv.op.name == "relax.nn.conv2d" and int(attrs.groups) == 1 and data_block is not None
-            and out_block is not None and int(data_block.group(1)) % 4 == 0
-            and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
+            and out_block is not None and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
 
 
 def _composite(mod: tvm.IRModule, value) -> relax.Function | None:

@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
-from ..compute.conv_nchwc_int8 import conv2d_nchwc_int8
+from ..compute.conv_nchwc_int8 import QUAD, conv2d_nchwc_int8
 from ..quantization.points import QuantizableConv, quantizable_convs
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
@@ -31,6 +31,7 @@ from .lower_composites import composite_compute, kernel_call
 from .rebind import mutate_functions, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
+_U8_POOLS = {"relax.nn.max_pool2d"}
 
 
 def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per_channel: bool = True,
@@ -60,14 +61,25 @@ class _Realizer(PyExprMutator):
         self.mod = mod
         self.convs = {c.var: c for c in convs}
         read_by = readers(mod["main"])
+
+        def int8_readers(var: relax.Var) -> bool:
+            return bool(read_by.get(var)) and all(r is not None and r.var in self.convs for r in read_by[var])
+
+        # A max-pool commutes with rounding to a grid: on u8 codes it keeps its input's scale.
+        self.u8_pools = {r.var for c in convs for r in read_by.get(c.var, [])
+                         if r is not None and _op_name(r.value) in _U8_POOLS and int8_readers(r.var)}
         self.u8_out = {c.var for c in convs if c.output in table.tensors and read_by.get(c.var)
-                       and all(r is not None and r.var in self.convs for r in read_by[c.var])}
+                       and all(r is not None and (r.var in self.convs or r.var in self.u8_pools)
+                               for r in read_by[c.var])}
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
+        self.pooled: dict[relax.Var, TensorScale] = {}  # a u8 max-pool -> the scale of its codes
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.u8_pools:
+            return self._pool(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
             return super().visit_var_binding_(binding)
@@ -78,9 +90,10 @@ class _Realizer(PyExprMutator):
         data_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[0]))
         weight_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[1]))
         args = [self.visit_expr(a) for a in call.args]
-        data_scale = self.table.tensors[conv.data]
+        data_scale = self.pooled.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
-        weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale)
+        weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale,
+                                                       int(args[data_position].ty.shape[-1]))
         args[weight_position] = relax.const(weight)
         residual = self.table.tensors[conv.residual] if conv.residual else None
         output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
@@ -90,18 +103,36 @@ class _Realizer(PyExprMutator):
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(located, binding.var.name))
 
+    def _pool(self, binding: relax.VarBinding) -> None:
+        """The max-pool on its input's codes when they are u8 (else as it was)."""
+        call = binding.value
+        source = call.args[0]
+        data = self.visit_expr(source)
+        if data.ty.dtype != "uint8":
+            return super().visit_var_binding_(binding)
+        self.pooled[binding.var] = self.table.tensors[self.convs[source].output]
+        pooled = self.builder_.normalize(relax.Call(call.op, [data], call.attrs))
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(pooled, binding.var.name))
+
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
-        """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor)."""
+        """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),
+        its channel block padded to whole quads (the image's 3 channels to 4)."""
         if value.ty.dtype == "uint8":
             return value
         if original not in self.quantized:
+            block = -(-int(value.ty.shape[-1]) // QUAD) * QUAD
             self.quantized[original] = self.builder_.emit(self.builder_.call_te(
-                requantize.quantize, value, scale.scale, scale.zero_point, primfunc_name_hint="quantize"))
+                requantize.quantize, value, scale.scale, scale.zero_point, block, primfunc_name_hint="quantize"))
         return self.quantized[original]
 
-    def _weights(self, weight: np.ndarray, data: TensorScale):
+    def _weights(self, weight: np.ndarray, data: TensorScale, data_block: int):
         """(packed s8 weights, the s32 correction for the data's zero point, the s32 -> real
-        multiplier), the last two per output channel as (1, C, 1, 1, c)."""
+        multiplier), the last two per output channel as (1, C, 1, 1, c). Input channels the
+        data's padded block adds get zero weights."""
+        padding = [(0, 0)] * weight.ndim
+        padding[4] = (0, data_block - weight.shape[4])
+        weight = np.pad(weight, padding)
         codes, scale = quantize_blocked_weight(weight, S8_MAX if self.vnni else S7_MAX, self.per_channel)
         per_channel = (1, scale.shape[0], 1, 1, scale.shape[1])
         correction = (-data.zero_point * codes.astype(np.int32).sum(axis=(1, 2, 3, 4))).astype(np.int32)
@@ -129,3 +160,7 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
         return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
 
     return compute
+
+
+def _op_name(value: relax.Expr) -> str | None:
+    return value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else None

@@ -24,6 +24,8 @@ import tvm
 from ..errors import TvmFuseError
 from ..frontend import relax_module
 from ..patterns.switches import disabled_families
+from ..quantization.config import QuantConfig
+from ..quantization.realization import int8_pass
 from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string
 from ..transform.apply_schedules import vector_lanes
@@ -63,7 +65,7 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
          repeat: int = 10, input_shapes: Mapping[str, Sequence[int]] | None = None,
          disable_fusion: Iterable[str] | str | None = None, seed: int = 0,
          rpc_tracker: str | None = None, rpc_key: str | None = None, plot: Path | str | None = None,
-         progress: Callable[[str], None] | None = print) -> list[TaskResult]:
+         quantize: QuantConfig | None = None, progress: Callable[[str], None] | None = print) -> list[TaskResult]:
     """Measure up to `trials` new knob settings of `model`'s kernels for `target`, each in a
     worker process that gets `timeout` seconds, and append every result to the log in
     `log_dir`. With `rpc_tracker` ("host:port") and `rpc_key`, kernels run on the machines
@@ -77,8 +79,9 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
         except ImportError as error:
             raise TvmFuseError("plotting needs matplotlib: pip install 'tvm_fuse[bench]'") from error
     tvm_target = parse_target(target)
-    _, mod = relax_module(model, input_shapes)
-    tasks = extract_tasks(mod, tvm_target, disabled_families(disable_fusion))
+    imported = relax_module(model, input_shapes)
+    int8 = int8_pass(model, imported, quantize, tvm_target, input_shapes)
+    tasks = extract_tasks(imported.mod, tvm_target, disabled_families(disable_fusion), int8)
     path = log_path(log_dir, tvm_target)
     path.parent.mkdir(parents=True, exist_ok=True)
     isa, cpu, lanes = isa_class(tvm_target), target_cpu(tvm_target), vector_lanes(tvm_target)

@@ -1,0 +1,142 @@
+"""Pre-quantized (QDQ) models: read as a float graph plus their scales, and run on the int8
+kernels, against ONNX Runtime running the same QDQ model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import ort_outputs
+from tvm_fuse.frontend import relax_module
+from tvm_fuse.quantization.qdq import read_qdq
+from tvm_fuse.quantization.realization import int8_pass
+from tvm_fuse.target import parse_target
+from tvm_fuse.tuning.tasks import extract_tasks
+
+from .models import ort_qdq, residual_block
+
+SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
+FEED = {"x": np.random.default_rng(2).standard_normal((1, 32, 16, 16)).astype(np.float32)}
+
+
+def _op_types(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+def _int8_patterns(model) -> list[str]:
+    return sorted(k["pattern"] for k in model.fusion_report()["kernels"] if k["int8"])
+
+
+@pytest.fixture(scope="module")
+def qdq_block():
+    return ort_qdq(residual_block(), SAMPLES)
+
+
+def test_a_qdq_model_reads_as_floats_and_the_scales_of_its_pairs(qdq_block):
+    floats, table = read_qdq(qdq_block)
+    onnx.checker.check_model(floats)
+    # ONNX Runtime removed both ReLUs (its u8 grid from 0 clips instead): a Clip stands in for
+    # each; the last conv's pair stays, since its dequantized tensor is the graph output.
+    assert _op_types(floats) == ["Conv", "Clip", "Conv", "Add", "Clip", "Conv", "QuantizeLinear", "DequantizeLinear"]
+    scales = {n.input[0]: numpy_helper.to_array(i) for n in qdq_block.graph.node if n.op_type == "QuantizeLinear"
+              for i in qdq_block.graph.initializer if i.name == n.input[1]}
+    assert table.tensors["x"].scale == pytest.approx(float(scales["x"]))
+    assert table.tensors["c2"].zero_point != 0  # conv2's output before the residual add: signed
+    clipped = [n.output[0] for n in floats.graph.node if n.op_type == "Clip"]
+    assert all(table.tensors[name].zero_point == 0 for name in clipped)
+    # Weights are the values the codes stand for.
+    weights = {i.name: numpy_helper.to_array(i) for i in floats.graph.initializer}
+    conv1 = floats.graph.node[0]
+    codes = {i.name: numpy_helper.to_array(i) for i in qdq_block.graph.initializer}
+    np.testing.assert_allclose(weights[conv1.input[1]], codes["w1_quantized"] * codes["w1_scale"][:, None, None, None])
+
+
+def test_a_model_without_qdq_is_left_alone():
+    model = residual_block()
+    assert read_qdq(model) == (model, None)
+
+
+def test_qdq_convs_compile_to_int8_kernels_without_quantize_calls(qdq_block):
+    """Compiles only: runs on any host."""
+    model = tvm_fuse.build(qdq_block, "llvm -mcpu=cascadelake")
+    assert _int8_patterns(model) == ["conv2d+bias", "conv2d+bias+clip", "conv2d+bias+sum+clip"]
+    assert "vpdpbusd" in model.assembly()
+
+
+@pytest.mark.vnni
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_a_qdq_model_matches_onnx_runtime_running_it(activations):
+    model = residual_block()
+    qdq = ort_qdq(model, SAMPLES, activations)
+    (ours,), (theirs,), (floats,) = tvm_fuse.build(qdq).run(None, FEED), ort_outputs(qdq, FEED), ort_outputs(model, FEED)
+    step = float(numpy_helper.to_array(next(i for i in qdq.graph.initializer if i.name == "y_scale")))
+    codes_apart = np.rint(np.abs(ours - theirs) / step)
+    # Both give codes of the output's grid. Ours keeps conv2's output and x unrounded inside
+    # the fused residual add (ONNX Runtime rounds each to its grid first), so a code here and
+    # there differs by one, and ours stays the closer to the float model.
+    assert codes_apart.max() <= 2 and (codes_apart == 0).mean() >= 0.7
+    assert np.abs(ours - floats).mean() <= 1.05 * np.abs(theirs - floats).mean()
+
+
+def _graph(nodes, initializers, output_shape=(1, 16, 8, 8)):
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(output_shape))],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_fake_quantized_weights_fold_and_per_axis_activations_stay_float():
+    """PyTorch's exporter writes weights as QuantizeLinear -> DequantizeLinear of a float
+    constant; a per-channel activation pair has no one scale for a u8 tensor, so it runs as
+    float math."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((16, 16, 1, 1)).astype(np.float32)
+    w_scale = (np.abs(weight).max(axis=(1, 2, 3)) / 127).astype(np.float32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["w", "w_scale", "w_zero"], ["w_q"], axis=0),
+        helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w_dq"], axis=0),
+        helper.make_node("QuantizeLinear", ["x", "x_scales", "x_zeros"], ["x_q"], axis=1),
+        helper.make_node("DequantizeLinear", ["x_q", "x_scales", "x_zeros"], ["x_dq"], axis=1),
+        helper.make_node("Conv", ["x_dq", "w_dq"], ["y"], name="conv"),
+    ]
+    model = _graph(nodes, {"w": weight, "w_scale": w_scale, "w_zero": np.zeros(16, np.int8),
+                           "x_scales": np.full(16, 0.05, np.float32), "x_zeros": np.full(16, 128, np.uint8)})
+    floats, table = read_qdq(model)
+    assert table is None
+    assert _op_types(floats) == ["QuantizeLinear", "DequantizeLinear", "Conv"]
+    folded = {i.name: numpy_helper.to_array(i) for i in floats.graph.initializer}["w_dq"]
+    expected = np.clip(np.rint(weight / w_scale[:, None, None, None]), -128, 127) * w_scale[:, None, None, None]
+    np.testing.assert_allclose(folded, expected, rtol=1e-6)
+    feed = {"x": rng.standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(tvm_fuse.build(model).run(None, feed)[0], ort_outputs(model, feed)[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_non_negative_tensor_gets_no_clip():
+    """After a ReLU (and a max-pool of one) a u8 grid from 0 clips nothing the model's own ops
+    do not: no Clip is added, so fusion sees the model's chain."""
+    scale = {"s": np.float32(0.02), "z": np.uint8(0)}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["r_q"]),
+        helper.make_node("DequantizeLinear", ["r_q", "s", "z"], ["r_dq"]),
+        helper.make_node("MaxPool", ["r_dq"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["p_q"]),
+        helper.make_node("DequantizeLinear", ["p_q", "s", "z"], ["y"]),
+    ]
+    floats, table = read_qdq(_graph(nodes, scale, (1, 16, 4, 4)))
+    assert _op_types(floats) == ["Relu", "MaxPool", "QuantizeLinear", "DequantizeLinear"]
+    assert floats.graph.node[1].input[0] == "r" and table.tensors == {"r": table.tensors["r"]}
+
+
+def test_tuning_a_qdq_model_measures_its_int8_kernels(qdq_block):
+    target = parse_target("llvm -mcpu=cascadelake")
+    imported = relax_module(qdq_block)
+    tasks = extract_tasks(imported.mod, target, int8=int8_pass(qdq_block, imported, None, target, None))
+    assert {t.workload.split("(")[0] for t in tasks} == {"tvm_fuse.conv_nchwc_int8"}
+    assert sum(t.calls for t in tasks) == 3  # conv1 and conv2 share one workload

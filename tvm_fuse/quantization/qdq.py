@@ -1,0 +1,187 @@
+"""Pre-quantized ONNX models (QDQ: QuantizeLinear / DequantizeLinear pairs, as ONNX Runtime's
+quantization tool and PyTorch's exporter write them) read as a float graph plus a table of
+the scales its pairs give, so they run on the same int8 kernels as a model we calibrated.
+
+- A DequantizeLinear of constant codes (weights, int32 biases) becomes the float constant it
+  stands for; the int8 kernel quantizes it again per output channel, which gives back the
+  same codes for symmetric per-channel s8 weights (ONNX Runtime's), else the nearest ones.
+- An activation's QuantizeLinear -> DequantizeLinear pair with one scale (per tensor) goes; its
+  scale and zero point are kept, as u8 (s8 codes shifted by 128: the same grid), under the name
+  of the tensor its readers now read. Where the pair's grid starts at 0 it also stood for a
+  ReLU or ReLU6 that ONNX Runtime removed, so a Clip to the grid's range takes its place.
+- Anything else (per-axis activation scales, int8 graph inputs or outputs) stays as it is and
+  runs as float math.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..frontend.fixups import constant_values
+from .table import CalibrationTable, TensorScale
+
+METHOD = "qdq"  # a table read from the model's own pairs
+_ORDER_PRESERVING = {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "Reshape", "Flatten",
+                     "Transpose", "Squeeze", "Unsqueeze", "Concat", "Identity"}  # keep non-negative inputs so
+_CODE_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+
+
+def is_qdq(model: onnx.ModelProto) -> bool:
+    return any(node.op_type in ("QuantizeLinear", "DequantizeLinear") for node in model.graph.node)
+
+
+def read_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, CalibrationTable | None]:
+    """(`model` as a float graph, the scales of its activation pairs), or (`model`, None) when
+    it holds no QuantizeLinear / DequantizeLinear. The input is not changed."""
+    if not is_qdq(model):
+        return model, None
+    graph = model.graph
+    constants = constant_values(graph)
+    folded = _fold_constant_codes(graph, constants)
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    renamed: dict[str, str] = {}  # a pair's dequantized tensor -> the float tensor replacing it
+    replaced: dict[int, list[onnx.NodeProto]] = {}  # id(node) -> the nodes standing in its place
+    bounds: list[onnx.TensorProto] = []
+    tensors: dict[str, TensorScale] = {}
+    non_negative: set[str] = set()
+    for node in graph.node:
+        if _non_negative(node, constants, non_negative, renamed):
+            non_negative.add(node.output[0])
+        pair = _activation_pair(node, consumers, constants, outputs)
+        if pair is None:
+            continue
+        dequantizes, scale, zero_point, (low_code, high_code) = pair
+        replacement, kept = node.input[0], []
+        if zero_point == low_code and renamed.get(node.input[0], node.input[0]) not in non_negative:
+            replacement = node.output[0]
+            high = scale * (high_code - zero_point)
+            kept = [_clip(node.name or replacement, node.input[0], replacement, high, opset, bounds)]
+        tensors[replacement] = TensorScale(scale, zero_point - low_code)
+        if zero_point == low_code:
+            non_negative.add(replacement)
+        replaced[id(node)] = kept
+        for dequantize in dequantizes:
+            replaced[id(dequantize)] = []
+            renamed[dequantize.output[0]] = replacement
+
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    del result.graph.node[:]
+    for node in graph.node:
+        if node.output[0] in folded:
+            continue
+        for kept in replaced.get(id(node), [node]):
+            copy = result.graph.node.add()
+            copy.CopyFrom(kept)
+            copy.input[:] = [renamed.get(name, name) for name in kept.input]
+    used = {name for node in result.graph.node for name in node.input} | outputs
+    initializers = [t for t in graph.initializer if t.name in used and t.name not in folded]
+    initializers += [numpy_helper.from_array(v, name) for name, v in folded.items() if name in used]
+    initializers += [t for t in bounds if t.name in used]
+    del result.graph.initializer[:]
+    result.graph.initializer.extend(initializers)
+    kept_inputs = [i for i in graph.input if i.name in used]  # old IRs list initializers as inputs too
+    del result.graph.input[:]
+    result.graph.input.extend(kept_inputs)
+    return result, CalibrationTable(tensors, METHOD) if tensors else None
+
+
+def _attribute(node: onnx.NodeProto, name: str, default):
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return helper.get_attribute_value(attribute)
+    return default
+
+
+def _per_axis(node: onnx.NodeProto, value: np.ndarray, rank: int) -> np.ndarray:
+    """A scale or zero point shaped to broadcast along the node's axis."""
+    if value.ndim == 0 or rank == 0:
+        return value
+    shape = [1] * rank
+    shape[_attribute(node, "axis", 1) % rank] = value.size
+    return value.reshape(shape)
+
+
+def _zero_point(node: onnx.NodeProto, constants, dtype=np.uint8) -> np.ndarray | None:
+    if len(node.input) > 2 and node.input[2]:
+        return constants.get(node.input[2])
+    return np.zeros((), dtype)  # ONNX's default: u8 codes with zero point 0
+
+
+def _fold_constant_codes(graph: onnx.GraphProto, constants: dict) -> dict[str, np.ndarray]:
+    """Float values of QuantizeLinear / DequantizeLinear nodes whose inputs are all constant
+    (weights and biases, quantized or fake-quantized), in graph order; `constants` gains them."""
+    folded = {}
+    for node in graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or _attribute(node, "block_size", 0):
+            continue
+        if not all(name in constants for name in node.input if name):
+            continue
+        x, scale = constants[node.input[0]], constants[node.input[1]].astype(np.float32)
+        if node.op_type == "DequantizeLinear":
+            zero_point = _zero_point(node, constants, x.dtype)
+            value = (x.astype(np.float32) - _per_axis(node, zero_point, x.ndim).astype(np.float32)) \
+                * _per_axis(node, scale, x.ndim)
+        else:
+            zero_point = _zero_point(node, constants)
+            low, high = _CODE_RANGES.get(zero_point.dtype, (None, None))
+            if low is None:
+                continue
+            codes = np.rint(x / _per_axis(node, scale, x.ndim)) + _per_axis(node, zero_point, x.ndim).astype(np.float32)
+            value = np.clip(codes, low, high).astype(zero_point.dtype)
+        constants[node.output[0]] = folded[node.output[0]] = value
+    return folded
+
+
+def _activation_pair(node, consumers, constants, outputs):
+    """(its DequantizeLinear readers, scale, zero point, (lowest, highest) code) when `node`
+    quantizes a computed tensor with one scale, and only DequantizeLinear nodes of the same
+    scale and zero point read it, none a graph output; else None."""
+    if node.op_type != "QuantizeLinear" or node.input[0] in constants or node.output[0] in outputs:
+        return None
+    scale, zero_point = constants.get(node.input[1]), _zero_point(node, constants)
+    if scale is None or zero_point is None or scale.size != 1 or zero_point.size != 1:
+        return None
+    codes = _CODE_RANGES.get(zero_point.dtype)
+    readers = consumers.get(node.output[0], [])
+    if codes is None or not readers or not float(scale.reshape(())) > 0:
+        return None
+    for reader in readers:
+        if (reader.op_type != "DequantizeLinear" or reader.input[0] != node.output[0]
+                or reader.output[0] in outputs
+                or not np.array_equal(constants.get(reader.input[1]), scale)
+                or not np.array_equal(_zero_point(reader, constants), zero_point)):
+            return None
+    return readers, float(scale.reshape(())), int(zero_point.reshape(())), codes
+
+
+def _non_negative(node, constants, non_negative: set[str], renamed: dict[str, str]) -> bool:
+    """The node's output is never negative: a Relu, a Clip from 0 or above, or an op that
+    only moves, picks or averages values of non-negative inputs."""
+    if node.op_type == "Relu":
+        return True
+    if node.op_type == "Clip":
+        low = constants.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        low = _attribute(node, "min", None) if low is None else float(low)
+        return low is not None and low >= 0
+    data = node.input if node.op_type == "Concat" else node.input[:1]
+    return node.op_type in _ORDER_PRESERVING and all(renamed.get(n, n) in non_negative for n in data)
+
+
+def _clip(name: str, source: str, output: str, high: float, opset: int,
+          bounds: list[onnx.TensorProto]) -> onnx.NodeProto:
+    """Clip(source) to [0, high]; opsets before 11 take the bounds as attributes."""
+    if opset < 11:
+        return helper.make_node("Clip", [source], [output], name=name, min=0.0, max=high)
+    names = [f"{output}_clip_low", f"{output}_clip_high"]
+    bounds += [numpy_helper.from_array(np.array(0.0, np.float32), names[0]),
+               numpy_helper.from_array(np.array(high, np.float32), names[1])]
+    return helper.make_node("Clip", [source, *names], [output], name=name)

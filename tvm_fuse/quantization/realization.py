@@ -1,0 +1,40 @@
+"""Which int8 realization a build (or a tuning job) runs: from a `QuantConfig`, or from a
+pre-quantized model's own scales."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import tvm
+
+from ..errors import InputError
+from ..frontend import ImportedModel
+from ..target import isa_features, target_string
+from ..transform.realize_int8 import RealizeInt8
+from .calibrate import calibrate
+from .config import QuantConfig
+from .table import CalibrationTable
+
+
+def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target: tvm.target.Target,
+              input_shapes) -> tvm.transform.Pass | None:
+    """The `RealizeInt8` pass for `model` (`imported` from it): of `config`, else of a QDQ
+    model's own scales; None for an fp32 build, or when the target cannot run int8 kernels."""
+    if config is None:
+        if imported.qdq_scales is None:
+            return None
+        config = QuantConfig(calibration=imported.qdq_scales)  # a pre-quantized model runs as it is
+    if not isinstance(config, QuantConfig):
+        raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
+    features = isa_features(target)
+    if "avx512bw" not in features:
+        warnings.warn(f"int8 kernels need AVX-512 (BW); {target_string(target)} builds in fp32")
+        return None
+    table = config.calibration
+    if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
+        table = CalibrationTable.load(table)
+    if not isinstance(table, CalibrationTable):
+        table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
+    vnni = "avx512_vnni" in features
+    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude)
