@@ -3,9 +3,14 @@ ratio, GFLOP/s and percent of the machine's measured FMA peak. See docs/benchmar
 
     python bench/models.py [--models resnet50 resnet18 ...] [--batches 1 8] [--repeat 20]
                            [--warmup 3] [--threads N] [--out bench/results]
+                           [--int8 [--calib-method entropy] [--calib-samples 16] [--agreement-samples 100]]
 
 Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
-ratio ONNX Runtime / tvm_fuse per model and batch).
+ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
+
+With --int8, each model also runs in int8 in tvm_fuse and in ONNX Runtime (its static QDQ
+model), both calibrated on the same random feeds; one run alternates all four runtimes, and
+the int8 table adds the top-1 agreement of each int8 model with its fp32 one.
 """
 
 from __future__ import annotations
@@ -23,16 +28,25 @@ import onnxruntime
 import tvm
 
 import tvm_fuse
-from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import compare
+from tvm_fuse.benchmark import Latency, random_feed
+from tvm_fuse.compare import (
+    compare,
+    differences,
+    onnxruntime_session,
+    time_alternating,
+    top1_agreement,
+)
 from tvm_fuse.flops import model_flops
 from tvm_fuse.models import LIGHT_MODELS, named_model
+from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_int8_model
 from tvm_fuse.peak import measure_peak
+from tvm_fuse.quantization.config import METHODS
 from tvm_fuse.target import host_cores, host_cpu
 
 CNNS = ["resnet50", "inception_v1", "vgg19", "squeezenet", "densenet121", "mobilenet_v2", "resnet18"]
 MODELS = [*CNNS, "transformer_encoder"]
 FIXED_BATCH = "n/a (fixed batch 1)"
+CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
 def cpu_model() -> str:
@@ -51,17 +65,59 @@ def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
     flops = model_flops(onnx_model)
     model = tvm_fuse.build(onnx_model, tuning_logs=[] if args.untuned else None)
     feed = random_feed(model.get_inputs(), dims={"batch": batch})
-    result = compare(model, onnx_model, feed, args.threads, args.warmup, args.repeat)
-    ours, theirs = result.tvm_fuse.median_ms, result.onnxruntime.median_ms
+    if args.int8:
+        ours_latency, theirs_latency, max_rel_diff, int8 = bench_int8(onnx_model, model, feed, batch, args)
+    else:
+        result = compare(model, onnx_model, feed, args.threads, args.warmup, args.repeat)
+        ours_latency, theirs_latency, max_rel_diff, int8 = result.tvm_fuse, result.onnxruntime, result.max_rel_diff, {}
+    ours, theirs = ours_latency.median_ms, theirs_latency.median_ms
     return {
         **row, "gflops": flops / 1e9, "tvm_fuse_ms": ours, "onnxruntime_ms": theirs,
-        "ratio": result.speedup,
+        "ratio": theirs / ours,
         "tvm_fuse_gflops_per_s": flops / ours / 1e6, "onnxruntime_gflops_per_s": flops / theirs / 1e6,
         "tvm_fuse_pct_peak": 100 * flops / ours / 1e6 / peak_gflops,
         "onnxruntime_pct_peak": 100 * flops / theirs / 1e6 / peak_gflops,
-        "tvm_fuse_latency": result.tvm_fuse.__dict__, "onnxruntime_latency": result.onnxruntime.__dict__,
-        "max_rel_diff": result.max_rel_diff,
+        "tvm_fuse_latency": ours_latency.__dict__, "onnxruntime_latency": theirs_latency.__dict__,
+        "max_rel_diff": max_rel_diff, **int8,
     }
+
+
+def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency, Latency, float, dict]:
+    """tvm_fuse's and ONNX Runtime's fp32 latencies, their largest output difference, and the
+    int8 columns, from one run in which tvm_fuse and ONNX Runtime, each in fp32 and in int8,
+    take turns; both int8 models are calibrated on the same random feeds."""
+    inputs, dims = model.get_inputs(), {"batch": batch}
+    calibration = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i)), dims)
+                   for i in range(args.calib_samples)]
+    int8_model = tvm_fuse.build(onnx_model, tuning_logs=[] if args.untuned else None,
+                                quantize=tvm_fuse.QuantConfig(calibration=calibration, method=args.calib_method))
+    session = onnxruntime_session(onnx_model, args.threads)
+    ort_int8 = onnxruntime_session(ort_int8_model(onnx_model, calibration, args.calib_method), args.threads)
+    runtimes = {"ours": model, "ours_int8": int8_model, "theirs": session, "theirs_int8": ort_int8}
+    times = time_alternating(runtimes, feed, args.threads, args.warmup, args.repeat)
+    outputs = {name: runtime.run(None, feed) for name, runtime in runtimes.items()}
+    _, max_rel_diff = differences(outputs["ours"], outputs["theirs"])
+    ms = {name: latency.median_ms for name, latency in times.items()}
+    int8 = {
+        "int8_kernels": sum(1 for k in int8_model.fusion_report()["kernels"] if k["int8"]),
+        "tvm_fuse_int8_ms": ms["ours_int8"], "onnxruntime_int8_ms": ms["theirs_int8"],
+        "int8_speedup": ms["ours"] / ms["ours_int8"],
+        "ratio_int8": ms["theirs_int8"] / ms["ours_int8"],
+        "onnxruntime_int8_speedup": ms["theirs"] / ms["theirs_int8"],
+        "tvm_fuse_int8_latency": times["ours_int8"].__dict__, "onnxruntime_int8_latency": times["theirs_int8"].__dict__,
+        "int8_max_rel_diff": {  # each int8 model's outputs against its own fp32 model's, on the timed feed
+            "tvm_fuse": differences(outputs["ours_int8"], outputs["ours"])[1],
+            "onnxruntime": differences(outputs["theirs_int8"], outputs["theirs"])[1]},
+        "top1_agreement": None,
+    }
+    output = model.get_outputs()
+    if len(output) == 1 and len(output[0].shape) >= 2 and all(d == 1 for d in output[0].shape[2:]):
+        feeds = [random_feed(inputs, np.random.default_rng((AGREEMENT_SEED, i)), dims)
+                 for i in range(math.ceil(args.agreement_samples / batch))]
+        ours, rows = top1_agreement(int8_model, model, feeds)
+        theirs, _ = top1_agreement(ort_int8, session, feeds)
+        int8["top1_agreement"] = {"tvm_fuse": ours, "onnxruntime": theirs, "inputs": rows}
+    return times["ours"], times["theirs"], max_rel_diff, int8
 
 
 def geomean_cnn_batch1(rows: list[dict]) -> float | None:
@@ -82,6 +138,27 @@ def print_table(rows: list[dict], geomean: float | None) -> None:
               f"{r['tvm_fuse_pct_peak']:11.1f}%{r['onnxruntime_pct_peak']:11.1f}%")
     if geomean is not None:
         print(f"geomean ORT/ours over the CNNs at batch 1: {geomean:.2f}x (above 1: tvm_fuse is faster)")
+
+
+def print_int8_table(rows: list[dict]) -> None:
+    head = ("model", "batch", "int8 krn", "ours fp32", "ours int8", "ORT fp32", "ORT int8", "fp32/int8",
+            "ORT8/ours8", "ORT/ours", "top1 ours", "top1 ORT")
+    print(("{:20}{:>6}" + "{:>11}" * 10).format(*head))
+    for r in rows:
+        if "ratio_int8" not in r:
+            print(f"{r['model']:20}{r['batch']:6}  {r.get('skipped', '')}")
+            continue
+        agree = r["top1_agreement"]
+        top1 = (f"{100 * agree['tvm_fuse']:10.1f}%{100 * agree['onnxruntime']:10.1f}%" if agree
+                else f"{'n/a':>11}{'n/a':>11}")
+        print(f"{r['model']:20}{r['batch']:6}{r['int8_kernels']:11}{r['tvm_fuse_ms']:11.2f}{r['tvm_fuse_int8_ms']:11.2f}"
+              f"{r['onnxruntime_ms']:11.2f}{r['onnxruntime_int8_ms']:11.2f}{r['int8_speedup']:10.2f}x"
+              f"{r['ratio_int8']:10.2f}x{r['ratio']:10.2f}x{top1}")
+    print(f"medians in ms; ORT int8: ONNX Runtime's {ORT_INT8_SCHEME}\n"
+          "fp32/int8: ours fp32 / ours int8; ORT8/ours8: ORT int8 / ours int8; ORT/ours: in fp32 "
+          "(ratios above 1: the divisor is faster)\n"
+          "top1: share of random inputs on whose argmax each int8 model agrees with its fp32 model "
+          "(n/a: no single (batch, classes) output)")
 
 
 def plot(rows: list[dict], batches: list[int], path: Path) -> None:
@@ -122,6 +199,13 @@ def main() -> None:
                         help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="for both runtimes and the peak (default: all cores)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--int8", action="store_true",
+                        help="also time each model in int8, in tvm_fuse and in ONNX Runtime, and their top-1 agreement")
+    parser.add_argument("--calib-method", choices=METHODS, default="entropy", help="for --int8 (default entropy)")
+    parser.add_argument("--calib-samples", type=int, default=16, metavar="N",
+                        help="for --int8: random feeds (standard normal) to calibrate on (default 16)")
+    parser.add_argument("--agreement-samples", type=int, default=100, metavar="M",
+                        help="for --int8: random inputs, apart from the calibration feeds, for top-1 agreement (default 100)")
     args = parser.parse_args()
 
     peak = measure_peak(args.threads)
@@ -132,15 +216,22 @@ def main() -> None:
             rows.append(bench(name, batch, args, peak.gflops))
     geomean = geomean_cnn_batch1(rows)
     print_table(rows, geomean)
+    if args.int8:
+        print_int8_table(rows)
 
     args.out.mkdir(parents=True, exist_ok=True)
+    settings = {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup, "untuned": args.untuned,
+                "int8": args.int8}
+    if args.int8:
+        settings.update(calib_method=args.calib_method, calib_samples=args.calib_samples,
+                        agreement_samples=args.agreement_samples, onnxruntime_int8=ORT_INT8_SCHEME)
     report = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": {"cpu": cpu_model(), "llvm_cpu": host_cpu(), "features": sorted(tvm_fuse.host_features()),
                     "cores": host_cores()},
         "versions": {"tvm_fuse": tvm_fuse.__version__, "tvm": tvm.__version__,
                      "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__},
-        "settings": {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup, "untuned": args.untuned},
+        "settings": settings,
         "peak": peak.to_json(),
         "results": rows,
         "geomean_ratio_cnn_batch1": geomean,

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import AVX512_TARGET, tiny_model
-from tvm_fuse import cli
+from tvm_fuse import cli, host_features
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
 
@@ -107,4 +107,24 @@ def test_quantize_then_build_int8_from_the_table(tmp_path, capsys):
     assert [k["int8"] for k in kernels] == [True, True, True]
     assert cli.main(["bench", str(tmp_path / "block.onnx"), "--int8", "--calib", str(table),
                      "--repeat", "2", "--warmup", "1"]) == 0
-    assert "tvm_fuse in int8 (3 int8 kernels), ONNX Runtime in fp32" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tvm_fuse in int8 (3 int8 kernels), ONNX Runtime in fp32 (not in int8: " in out
+    assert "--calib is a table" in out and "onnxruntime int8" not in out
+
+
+def test_bench_int8_times_onnxruntime_in_int8_too(tmp_path, capsys):
+    """ONNX Runtime's side runs on any host; tvm_fuse's int8 kernels are checked where they run."""
+    from tests.quantization.models import residual_block
+
+    onnx.save(residual_block(), tmp_path / "block.onnx")
+    np.save(tmp_path / "samples.npy", np.random.default_rng(0).standard_normal((4, 32, 16, 16)).astype(np.float32))
+    assert cli.main(["bench", str(tmp_path / "block.onnx"), "--int8", "--calib", str(tmp_path / "samples.npy"),
+                     "--calib-method", "minmax", "--repeat", "2", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX Runtime in fp32 and in int8 (static QDQ, u8 activations, s8 per-channel weights" in out
+    rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("tvm_fuse ", "onnxruntime "))]
+    assert rows == [["tvm_fuse", "int8"], ["onnxruntime", "fp32"], ["onnxruntime", "int8"]]
+    assert "ONNX Runtime fp32 / tvm_fuse int8: " in out and "ONNX Runtime int8 / tvm_fuse int8: " in out
+    assert "max abs output difference from ONNX Runtime fp32" in out
+    if {"avx512f", "avx512bw"} <= host_features():
+        assert "tvm_fuse in int8 (3 int8 kernels)" in out

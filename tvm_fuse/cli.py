@@ -12,10 +12,11 @@ import numpy as np
 
 from . import api, models
 from .benchmark import random_feed
-from .compare import compare
+from .compare import differences, onnxruntime_session, time_alternating
 from .errors import InputError, TvmFuseError
 from .explain import FusionReport
 from .frontend.load import load_model
+from .ort_quantize import ORT_INT8_SCHEME, ort_int8_model
 from .patterns.table import FAMILIES
 from .quantization.calibrate import quantize
 from .quantization.config import METHODS, QuantConfig
@@ -118,7 +119,7 @@ def cmd_tune(args) -> int:
     tune(_load_onnx(args.model, args.batch), target=args.target, trials=args.trials, log_dir=args.log_dir,
          timeout=args.timeout, repeat=args.repeat, input_shapes=dict(args.input_shape or []),
          disable_fusion=args.disable_fusion, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-         plot=args.plot)
+         plot=args.plot, quantize=_quant_config(args))
     return 0
 
 
@@ -129,20 +130,43 @@ def cmd_bench(args) -> int:
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])
-    print(f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
-          f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime"
-          + (f"; tvm_fuse in int8 ({int8} int8 kernels), ONNX Runtime in fp32" if args.int8 else ""))
+    left_out = _ort_int8_left_out(args)
+    header = (f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
+              f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime")
+    if args.int8:
+        header += f"; tvm_fuse in int8 ({int8} int8 kernels), ONNX Runtime in fp32"
+        header += f" (not in int8: {left_out})" if left_out else f" and in int8 ({ORT_INT8_SCHEME}, same samples)"
+    print(header)
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
         return 0
-    result = compare(model, onnx_model, feed, threads, args.warmup, args.repeat)
-    print(f"{'':14}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
-    for name, lat in (("tvm_fuse", result.tvm_fuse), ("onnxruntime", result.onnxruntime)):
-        print(f"{name:14}{lat.median_ms:10.2f}{lat.p90_ms:10.2f}{lat.min_ms:10.2f}")
-    print(f"ONNX Runtime / tvm_fuse: {result.speedup:.3f}x (above 1: tvm_fuse is faster)")
-    print(f"max abs output difference: {result.max_abs_diff:.3g} "
-          f"(relative to the largest output: {result.max_rel_diff:.3g})")
+    ours, fp32 = ("tvm_fuse int8", "onnxruntime fp32") if args.int8 else ("tvm_fuse", "onnxruntime")
+    session = onnxruntime_session(onnx_model, threads)
+    runtimes = {ours: model, fp32: session}
+    if args.int8 and not left_out:
+        int8_model = ort_int8_model(onnx_model, args.calib, args.calib_method, max_samples=args.calib_samples,
+                                    exclude=args.int8_exclude or ())
+        runtimes["onnxruntime int8"] = onnxruntime_session(int8_model, threads)
+    times = time_alternating(runtimes, feed, threads, args.warmup, args.repeat)
+    print(f"{'':18}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
+    for name, lat in times.items():
+        print(f"{name:18}{lat.median_ms:10.2f}{lat.p90_ms:10.2f}{lat.min_ms:10.2f}")
+    for name in list(times)[1:]:
+        label = name.replace("onnxruntime", "ONNX Runtime")
+        print(f"{label} / {ours}: {times[name].median_ms / times[ours].median_ms:.3f}x (above 1: tvm_fuse is faster)")
+    abs_diff, rel_diff = differences(model.run(None, feed), session.run(None, feed))
+    print(f"max abs output difference{' from ONNX Runtime fp32' if args.int8 else ''}: {abs_diff:.3g} "
+          f"(relative to the largest output: {rel_diff:.3g})")
     return 0
+
+
+def _ort_int8_left_out(args) -> str | None:
+    """Why `bench --int8` cannot make ONNX Runtime's int8 model, or None when it can."""
+    if not args.calib:
+        return "no --calib samples to calibrate it on"
+    if Path(args.calib).suffix == ".json":
+        return "ONNX Runtime calibrates on samples, and --calib is a table"
+    return None
 
 
 def cmd_explain(args) -> int:
@@ -157,7 +181,8 @@ def cmd_explain(args) -> int:
 
 def _int8_arguments(sub: argparse.ArgumentParser, switch: bool = True) -> None:
     if switch:
-        sub.add_argument("--int8", action="store_true", help="run the conv kernels in int8 (needs --calib)")
+        sub.add_argument("--int8", action="store_true", help="run the conv kernels in int8 (needs --calib; a pre-quantized QDQ model "
+                                                                 "runs in int8 without it)")
     sub.add_argument("--calib", metavar="PATH",
                      help="calibration samples: a .npy of the input stacked along the batch axis, a .npz with one "
                           "entry per input, a folder of either; or a .json table from `tvm-fuse quantize`")
@@ -204,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--tuning-logs", action="append", metavar="PATH",
                              help=f"tuning log or folder of *.jsonl logs (repeatable); default: ${ENV_LOGS}, "
                                   "else the logs shipped with tvm_fuse")
-        if name not in ("tune", "quantize"):
+        if name != "quantize":
             _int8_arguments(sub)
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
@@ -242,7 +267,12 @@ def parser() -> argparse.ArgumentParser:
     tune_.add_argument("--plot", metavar="FILE.png", help="write a PNG of each kernel's best latency so far vs trials "
                                                           "(needs matplotlib: pip install 'tvm_fuse[bench]')")
 
-    bench = command("bench", cmd_bench, "time a model against ONNX Runtime, same inputs and threads", DEFAULT_MODEL)
+    bench = command("bench", cmd_bench, "time a model against ONNX Runtime (with --int8: in fp32 and in int8), "
+                    "same inputs and threads", DEFAULT_MODEL)
+    bench.epilog = ("With --int8 --calib SAMPLES, tvm_fuse runs in int8 and ONNX Runtime both in fp32 and in int8: "
+                    f"its quantize_static model ({ORT_INT8_SCHEME}) calibrated on the same samples with the same "
+                    "--calib-method, --calib-samples and --int8-exclude. A --calib table has no samples for ONNX "
+                    "Runtime to calibrate on: it then runs in fp32 only.")
     bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")
     bench.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")

@@ -1,7 +1,8 @@
-"""tvm_fuse next to ONNX Runtime on the same model, inputs and thread count.
+"""tvm_fuse next to ONNX Runtime on the same model, inputs and thread count (`compare`), or any
+set of runtimes, such as both in fp32 and in int8 (`time_alternating`).
 
-The two alternate in short blocks (a few runs of ours, a few of theirs, ...) so that a noisy
-neighbour on a shared machine slows both alike; the ratio of medians is the figure to read,
+They alternate in short blocks (a few runs of ours, a few of theirs, ...) so that a noisy
+neighbour on a shared machine slows all alike; the ratio of medians is the figure to read,
 not the times. Both runtimes keep their idle threads spinning after a run (their default, as
 deployed), which can outlast a whole block of a light model and take the cores from the other
 runtime's runs (ONNX Runtime's transformer times jumped from 2.2 to 7.6 ms). Each block therefore
@@ -10,8 +11,11 @@ starts after a pause long enough for the other's threads to go to sleep, then an
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -20,6 +24,12 @@ from .benchmark import Latency
 from .compiled_model import CompiledModel, set_num_threads
 
 SETTLE_S = 0.05
+
+
+class Runtime(Protocol):
+    """A `CompiledModel` or an ONNX Runtime `InferenceSession`: both run as `run(None, feed)`."""
+
+    def run(self, output_names, feed: dict) -> list[np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -70,19 +80,44 @@ def compare(model: CompiledModel, onnx_model: onnx.ModelProto, feed: dict,
     set_num_threads(num_threads)
     ours = model.run(None, feed)
     reference = session.run(None, feed)
-    runners = {"ours": lambda: model.run(None, feed), "theirs": lambda: session.run(None, feed)}
+    times = time_alternating({"ours": model, "theirs": session}, feed, num_threads, warmup, repeat, block)
+    abs_diff, rel_diff = differences(ours, reference)
+    return Comparison(times["ours"], times["theirs"], abs_diff, rel_diff)
+
+
+def time_alternating(runtimes: Mapping[str, Runtime], feed: dict, num_threads: int, warmup: int = 3,
+                     repeat: int = 20, block: int = 5) -> dict[str, Latency]:
+    """Each runtime's latency on `feed` (same keys as `runtimes`): `warmup` untimed runs of
+    each, then `repeat` timed runs each, in blocks of `block` that take turns in the order of
+    `runtimes`. tvm_fuse runs on `num_threads`; ONNX Runtime sessions keep the threads they
+    were made with (`onnxruntime_session(model, num_threads)`)."""
+    set_num_threads(num_threads)
+    runners = {name: functools.partial(runtime.run, None, feed) for name, runtime in runtimes.items()}
     for _ in range(warmup):
         for run in runners.values():
             run()
     times: dict[str, list[float]] = {name: [] for name in runners}
-    while len(times["ours"]) < repeat:
-        count = min(block, repeat - len(times["ours"]))
+    done = 0
+    while done < repeat:
+        count = min(block, repeat - done)
         for name, run in runners.items():
-            time.sleep(SETTLE_S)  # the other runtime's spinning threads go to sleep
+            time.sleep(SETTLE_S)  # the other runtimes' spinning threads go to sleep
             run()  # untimed: wakes this runtime's threads
             for _ in range(count):
                 start = time.perf_counter()
                 run()
                 times[name].append((time.perf_counter() - start) * 1e3)
-    abs_diff, rel_diff = differences(ours, reference)
-    return Comparison(Latency.of(times["ours"]), Latency.of(times["theirs"]), abs_diff, rel_diff)
+        done += count
+    return {name: Latency.of(t) for name, t in times.items()}
+
+
+def top1_agreement(runtime: Runtime, reference: Runtime, feeds: Iterable[dict]) -> tuple[float, int]:
+    """(the share of rows whose argmax `runtime` and `reference` agree on, the rows compared)
+    over `feeds`, for models with one output of shape (batch, classes), trailing 1s allowed."""
+    agreed = rows = 0
+    for feed in feeds:
+        (ours,), (theirs,) = runtime.run(None, feed), reference.run(None, feed)
+        ours, theirs = ours.reshape(len(ours), -1), theirs.reshape(len(theirs), -1)
+        agreed += int(np.sum(ours.argmax(axis=1) == theirs.argmax(axis=1)))
+        rows += len(ours)
+    return (agreed / rows if rows else float("nan")), rows
