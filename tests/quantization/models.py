@@ -60,6 +60,35 @@ def stem(size: int = 32, seed: int = 0):
     return model
 
 
+def inverted_residual(channels: int = 16, expand: int = 4, size: int = 16, seed: int = 0):
+    """x -> conv1x1 + relu6 (expand) -> depthwise conv3x3 + relu6 -> conv1x1 + x (y), as
+    MobileNetV2's block."""
+    rng = np.random.default_rng(seed)
+    wide = channels * expand
+
+    def initializer(name, shape, fan_in):
+        return numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(2 / fan_in)).astype(np.float32), name)
+
+    weights = [initializer("w1", (wide, channels, 1, 1), channels), initializer("w2", (wide, 1, 3, 3), 9),
+               initializer("w3", (channels, wide, 1, 1), wide),
+               numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+               numpy_helper.from_array(np.array(6.0, np.float32), "six")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="expand"),
+        helper.make_node("Clip", ["c1", "zero", "six"], ["a"], name="relu6_1"),
+        helper.make_node("Conv", ["a", "w2"], ["c2"], name="depthwise", pads=[1, 1, 1, 1], group=wide),
+        helper.make_node("Clip", ["c2", "zero", "six"], ["b"], name="relu6_2"),
+        helper.make_node("Conv", ["b", "w3"], ["c3"], name="project"),
+        helper.make_node("Add", ["c3", "x"], ["y"], name="add"),
+    ]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "inverted_residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
     """`model` quantized by ONNX Runtime's tool: static QDQ, per-channel s8 weights, minmax
     ranges over `samples` (stacked on the batch axis)."""

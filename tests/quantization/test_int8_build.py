@@ -17,7 +17,7 @@ from tvm_fuse.quantization.table import TensorScale
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize_int8 import RealizeInt8
 
-from .models import residual_block, stem
+from .models import inverted_residual, residual_block, stem
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -91,13 +91,12 @@ def test_constant_calibration_data_gives_finite_scales():
     assert all(np.isfinite(s.scale) and s.scale > 0 for s in table.tensors.values())
 
 
-def _max_pool_dtypes(model_proto, table) -> list[str]:
-    """The dtype each max-pool of the int8 build reads."""
+def _int8_main(model_proto, table) -> list[relax.VarBinding]:
+    """The bindings of `main` in the int8 build, as the kernels are about to be scheduled."""
     imported = relax_module(model_proto)
     mod = optimize(imported.mod, parse_target("llvm -mcpu=cascadelake"),
                    int8=RealizeInt8(imported.onnx, table, vnni=True))
-    return [b.value.args[0].ty.dtype for block in mod["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and b.value.op.same_as(tvm.ir.Op.get("relax.nn.max_pool2d"))]
+    return [b for block in mod["main"].body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
 
 
 @pytest.mark.vnni
@@ -109,7 +108,24 @@ def test_the_image_conv_and_max_pool_run_in_int8():
     table = tvm_fuse.quantize(model, samples, method="minmax")
     int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
     assert _int8_patterns(int8) == ["conv2d+relu", "conv2d+relu"]
-    assert _max_pool_dtypes(model, table) == ["uint8"]
+    pools = [b for b in _int8_main(model, table) if b.value.op.same_as(tvm.ir.Op.get("relax.nn.max_pool2d"))]
+    assert [b.value.args[0].ty.dtype for b in pools] == ["uint8"]
     feed = {"x": samples[:1]}
     (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
     assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_a_depthwise_conv_reads_and_writes_u8_between_int8_kernels():
+    """MobileNetV2's block: the expand conv writes u8, the depthwise conv reads it and writes
+    u8 for the project conv (it computes in fp32: no s8 weights)."""
+    model = inverted_residual()
+    samples = np.random.default_rng(4).standard_normal((8, 16, 16, 16)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    assert sorted(_int8_patterns(int8)) == ["conv2d+clip", "conv2d+sum", "depthwise_conv2d+clip"]
+    (depthwise,) = [b for b in _int8_main(model, table) if "depthwise" in str(b.value.args[0])]
+    assert depthwise.value.args[1].fields[0].ty.dtype == "uint8" and depthwise.var.ty.dtype == "uint8"
+    feed = {"x": samples[:1]}
+    (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()

@@ -59,6 +59,8 @@ def _quantized(histogram: np.ndarray, levels: int) -> np.ndarray:
 
 
 def _kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    if q.sum() == 0:  # all the mass lies beyond the threshold
+        return np.inf
     p = p / p.sum()
     q = q / q.sum()
     mask = p > 0
