@@ -41,6 +41,16 @@ def test_entropy_threshold_ignores_exact_zeros():
     assert entropy_range(_stats(positive))[1] > 0.6 * positive.max()
 
 
+def test_entropy_threshold_ignores_values_many_elements_share():
+    """A constant background gives each channel of the first conv one value on most pixels:
+    spikes of 2% each. The threshold lands where it would without them, not just above them."""
+    rng = np.random.default_rng(3)
+    tail = np.abs(rng.standard_normal(100_000)) * 1.5
+    spikes = np.repeat(np.linspace(0.1, 1.1, 10), 2_000)
+    with_spikes = entropy_range(_stats(np.concatenate([tail, spikes])))[1]
+    assert with_spikes > 3.0 and with_spikes == pytest.approx(entropy_range(_stats(tail))[1], rel=0.1)
+
+
 def test_entropy_threshold_clips_a_long_tail_but_keeps_the_bulk():
     rng = np.random.default_rng(0)
     values = np.maximum(rng.standard_normal(200_000), 0)  # ReLU'd normal: range [0, T]
@@ -54,6 +64,16 @@ def test_entropy_of_a_signed_tensor_is_symmetric():
     rng = np.random.default_rng(1)
     low, high = entropy_range(_stats(rng.standard_normal(100_000)))
     assert low == -high and 2.0 < high < 5.0
+
+
+def test_entropy_keeps_the_sides_of_a_signed_tensor_apart():
+    """A standardized Fashion-MNIST image: most pixels are the background's -0.81, the rest
+    spread up to 2.02. Folded onto |x|, the values clipped above T=0.81 hid in the
+    background's spike at 0.81, and entropy clipped 28% of the pixels."""
+    rng = np.random.default_rng(2)
+    image = np.concatenate([np.full(70_000, -0.81), rng.uniform(-0.81, 2.02, 30_000)])
+    low, high = entropy_range(_stats(image))
+    assert high >= 1.8 and low == -high
 
 
 def test_histogram_keeps_its_mass_when_a_later_feed_widens_the_range():

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .statistics import TensorStatistics
+from .statistics import HISTOGRAM_BINS, TensorStatistics
 
 UNSIGNED_LEVELS = 256  # u8 codes of a non-negative tensor
 SIGNED_LEVELS = 128  # codes per side of a tensor with negatives (zero point near 128)
+SPIKE = 4.0  # a bin this many times its neighbourhood's median holds a point mass
+NEIGHBOURS = 8  # bins on each side
 
 
 def minmax_range(stats: TensorStatistics) -> tuple[float, float]:
@@ -19,7 +21,7 @@ def minmax_range(stats: TensorStatistics) -> tuple[float, float]:
 
 def percentile_range(stats: TensorStatistics, percentile: float) -> tuple[float, float]:
     """T: the `percentile` of |x| (the upper edge of the bin reaching it)."""
-    cumulative = np.cumsum(stats.histogram)
+    cumulative = np.cumsum(stats.magnitudes)
     if cumulative[-1] == 0:
         return 0.0, 0.0
     index = int(np.searchsorted(cumulative, cumulative[-1] * percentile / 100.0))
@@ -27,24 +29,43 @@ def percentile_range(stats: TensorStatistics, percentile: float) -> tuple[float,
 
 
 def entropy_range(stats: TensorStatistics) -> tuple[float, float]:
-    """T minimizing KL(P || Q): P the histogram clipped at T (the clipped mass in the last
-    bin), Q the same bins quantized to the tensor's levels (as TensorRT's calibrator, and
-    MXNet's after it). Exact zeros are left out: every grid holds 0 exactly, and counted in
-    the first bin they would pull T down (Q spreads that bin's spike over the bins merged
-    with it, so the fewer bins per level, the smaller the divergence)."""
+    """T minimizing KL(P || Q): P the histogram clipped to [0, T] or [-T, T] (the clipped mass
+    in the end bins), Q the same bins quantized to the tensor's levels (as TensorRT's
+    calibrator, and MXNet's after it, which also keeps the two sides of a signed tensor apart:
+    folded onto |x|, the values clipped on one side would hide in a spike on the other).
+
+    Point masses (`_point_masses`) inside [-T, T] are left out of P and Q: Q spreads a bin's
+    mass over the bins merged with it, which costs a spike far more than its rounding does,
+    so the fewer bins per level (the smaller T), the smaller the divergence. Counted in, a
+    ReLU's zeros pulled T to a quarter of ResNet-18's ranges, and a constant background's
+    values (one per channel) to a fifth of a Fashion-MNIST CNN's. Clipped, they still count."""
     histogram = stats.histogram.astype(np.float64)
-    histogram[0] -= stats.zeros
-    levels = UNSIGNED_LEVELS if stats.minimum >= 0 else SIGNED_LEVELS
-    if histogram.sum() == 0 or len(histogram) <= levels:
+    signed = stats.minimum < 0
+    if not signed:
+        histogram = histogram[HISTOGRAM_BINS:]
+    smooth = histogram - _point_masses(histogram)
+    levels = 2 * SIGNED_LEVELS - 1 if signed else UNSIGNED_LEVELS
+    per_side = SIGNED_LEVELS if signed else UNSIGNED_LEVELS
+    if histogram.sum() == 0 or HISTOGRAM_BINS <= per_side:
         return minmax_range(stats)
-    best, best_divergence = len(histogram), np.inf
-    for bins in range(levels, len(histogram) + 1):
-        reference = histogram[:bins].copy()
-        reference[-1] += histogram[bins:].sum()
-        divergence = _kl_divergence(reference, _quantized(histogram[:bins], levels))
+    best, best_divergence = HISTOGRAM_BINS, np.inf
+    for bins in range(per_side, HISTOGRAM_BINS + 1):
+        start, stop = (HISTOGRAM_BINS - bins, HISTOGRAM_BINS + bins) if signed else (0, bins)
+        reference = smooth[start:stop].copy()
+        reference[0] += histogram[:start].sum()
+        reference[-1] += histogram[stop:].sum()
+        divergence = _kl_divergence(reference, _quantized(smooth[start:stop], levels))
         if divergence < best_divergence:
             best, best_divergence = bins, divergence
     return _around_zero(stats, best * stats.bin_width)
+
+
+def _point_masses(histogram: np.ndarray) -> np.ndarray:
+    """Each bin's count beyond its neighbourhood's median where it is over SPIKE times that:
+    a value many elements share exactly (else 0)."""
+    padded = np.pad(histogram, NEIGHBOURS, mode="reflect")
+    local = np.median(np.lib.stride_tricks.sliding_window_view(padded, 2 * NEIGHBOURS + 1), axis=1)
+    return np.where(histogram > SPIKE * np.maximum(local, 1.0), histogram - local, 0.0)
 
 
 def _quantized(histogram: np.ndarray, levels: int) -> np.ndarray:

@@ -1,7 +1,6 @@
 """Statistics of a tensor over the calibration feeds, in one pass (a feed iterable may be a
-generator): its extremes, the histogram of its absolute values over [0, max |x|], spread
-onto the wider range whenever a feed goes beyond it (as ONNX Runtime's calibrator does), and
-how many values are exactly zero (half of a ReLU's output)."""
+generator): its extremes, its histogram over [-max |x|, max |x|] (zero a bin edge), spread
+onto the wider range whenever a feed goes beyond it (as ONNX Runtime's calibrator does)."""
 
 from __future__ import annotations
 
@@ -9,15 +8,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-HISTOGRAM_BINS = 2048
+HISTOGRAM_BINS = 2048  # per side of zero
 
 
 @dataclass
 class TensorStatistics:
     minimum: float = np.inf
     maximum: float = -np.inf
-    histogram: np.ndarray = field(default_factory=lambda: np.zeros(HISTOGRAM_BINS, np.float64))
-    zeros: int = 0  # also counted in the histogram's first bin
+    histogram: np.ndarray = field(default_factory=lambda: np.zeros(2 * HISTOGRAM_BINS, np.float64))
 
     @property
     def bound(self) -> float:
@@ -26,21 +24,25 @@ class TensorStatistics:
 
     @property
     def bin_width(self) -> float:
-        return self.bound / len(self.histogram)
+        return self.bound / HISTOGRAM_BINS
+
+    @property
+    def magnitudes(self) -> np.ndarray:
+        """The histogram of |x| over [0, max |x|], HISTOGRAM_BINS bins."""
+        return self.histogram[HISTOGRAM_BINS:] + self.histogram[HISTOGRAM_BINS - 1::-1]
 
     def add(self, values: np.ndarray) -> None:
         """Raises FloatingPointError for inf or NaN values."""
         if not np.all(np.isfinite(values)):
             raise FloatingPointError("holds inf or NaN")
         old_bound = self.bound
-        self.zeros += int(np.count_nonzero(values == 0))
         self.minimum = min(self.minimum, float(values.min()))
         self.maximum = max(self.maximum, float(values.max()))
         if self.bound == 0:
             return
+        edges = (-self.bound, self.bound)
         if self.bound > old_bound > 0:  # each old bin's count moves to the new bin of its centre
-            centres = (np.arange(len(self.histogram)) + 0.5) * (old_bound / len(self.histogram))
-            self.histogram, _ = np.histogram(centres, bins=len(self.histogram), range=(0.0, self.bound),
-                                             weights=self.histogram)
-        counts, _ = np.histogram(np.abs(values), bins=len(self.histogram), range=(0.0, self.bound))
+            centres = (np.arange(-HISTOGRAM_BINS, HISTOGRAM_BINS) + 0.5) * (old_bound / HISTOGRAM_BINS)
+            self.histogram, _ = np.histogram(centres, bins=len(self.histogram), range=edges, weights=self.histogram)
+        counts, _ = np.histogram(values, bins=len(self.histogram), range=edges)
         self.histogram += counts
