@@ -1,4 +1,5 @@
-"""The wheel carries what schedules/ and tuning_logs/ hold, inside the package."""
+"""The wheel carries what schedules/ and tuning_logs/ hold, inside the package, and the trained
+Fashion-MNIST models."""
 
 import subprocess
 import sys
@@ -22,6 +23,9 @@ def test_wheel_maps_schedules_and_tuning_logs_into_the_package(tmp_path):
             if path.is_file() and "__pycache__" not in path.parts
         }
         assert shipped and shipped <= packaged, f"missing from the wheel: {sorted(shipped - packaged)}"
+    models = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tvm_fuse/models/fashion_mnist").glob("*.onnx")}
+    needed = models | {"tvm_fuse/datasets/fashion_mnist.py"}
+    assert models and needed <= packaged, f"missing from the wheel: {sorted(needed - packaged)}"
 
 
 def test_installed_package_finds_its_data():

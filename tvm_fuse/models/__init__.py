@@ -1,7 +1,11 @@
 """Models that need no download: the `onnx` wheel's light models with seeded weights, and
-models built here with onnx.helper. Tests, benchmarks and the CLI's default use them."""
+models built here with onnx.helper. Tests, benchmarks and the CLI's default use them.
+Apart from those (and from `named_model`): two small CNNs trained on Fashion-MNIST, shipped
+as ONNX files, for measuring int8 accuracy on real data (`fashion_mnist_model`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import onnx
 
@@ -29,4 +33,17 @@ def named_model(name: str, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
     raise ValueError(f"unknown model {name!r}; the named models are {', '.join(model_names())}")
 
 
-__all__ = ["LIGHT_MODELS", "light_model", "model_names", "named_model"]
+FASHION_MNIST_DIR = Path(__file__).parent / "fashion_mnist"
+FASHION_MNIST_MODELS = ("resnet", "mobilenet")  # trained by `python bench/fashion_mnist.py train`
+
+
+def fashion_mnist_model(name: str) -> onnx.ModelProto:
+    """The trained CNN `name` (see `FASHION_MNIST_MODELS`): image float32 [batch, 1, 28, 28],
+    standardized as `tvm_fuse.datasets.fashion_mnist.load` gives it -> logits [batch, 10]."""
+    if name not in FASHION_MNIST_MODELS:
+        raise ValueError(f"unknown Fashion-MNIST model {name!r}; they are {', '.join(FASHION_MNIST_MODELS)}")
+    return onnx.load(FASHION_MNIST_DIR / f"{name}.onnx")
+
+
+__all__ = ["FASHION_MNIST_MODELS", "LIGHT_MODELS", "fashion_mnist_model", "light_model", "model_names",
+           "named_model"]
