@@ -95,8 +95,6 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
     knobs = knobs or default_depthwise_knobs(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
     for pad in sch.get_producers(block):
-        for source in sch.get_producers(pad):  # a u8 input's dequantization (int8 builds)
-            sch.compute_inline(source)
         if knobs.inline_padding:
             sch.compute_inline(pad)
         else:

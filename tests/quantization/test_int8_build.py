@@ -116,16 +116,13 @@ def test_the_image_conv_and_max_pool_run_in_int8():
 
 
 @pytest.mark.vnni
-def test_a_depthwise_conv_reads_and_writes_u8_between_int8_kernels():
-    """MobileNetV2's block: the expand conv writes u8, the depthwise conv reads it and writes
-    u8 for the project conv (it computes in fp32: no s8 weights)."""
+def test_mobilenets_block_runs_its_pointwise_convs_in_int8():
+    """MobileNetV2's block: the expand and project convs run in int8, the depthwise conv
+    between them in fp32 (see docs/int8.md), and the result stays close to fp32."""
     model = inverted_residual()
     samples = np.random.default_rng(4).standard_normal((8, 16, 16, 16)).astype(np.float32)
-    table = tvm_fuse.quantize(model, samples, method="minmax")
-    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
-    assert sorted(_int8_patterns(int8)) == ["conv2d+clip", "conv2d+sum", "depthwise_conv2d+clip"]
-    (depthwise,) = [b for b in _int8_main(model, table) if "depthwise" in str(b.value.args[0])]
-    assert depthwise.value.args[1].fields[0].ty.dtype == "uint8" and depthwise.var.ty.dtype == "uint8"
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=samples, method="minmax"))
+    assert sorted(_int8_patterns(int8)) == ["conv2d+clip", "conv2d+sum"]
     feed = {"x": samples[:1]}
     (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
     assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()

@@ -35,7 +35,6 @@ class QuantizableConv:
     data: str  # ONNX tensor names
     residual: str | None
     output: str
-    depthwise: bool = False  # u8 in and out, computed in fp32 (no s8 weights)
 
 
 def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, str]:
@@ -63,9 +62,9 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
 def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = ()
                       ) -> list[QuantizableConv]:
     """The conv kernels of `main` (composites of the fusion table) an int8 kernel can compute:
-    a dense (ungrouped) or depthwise conv with constant weights, output blocks of 16, and no
-    node in `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the
-    image's 3 channels, are padded when quantized.)"""
+    a dense (ungrouped) conv with constant weights, output blocks of 16, and no node in
+    `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the image's 3
+    channels, are padded when quantized.)"""
     names = tensor_names(mod, model)
     nodes = model.graph.node
     found = []
@@ -79,30 +78,23 @@ def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collec
                 continue
             conv = func.body.blocks[0].bindings[0].value
             args = dict(zip(func.params, binding.value.args))
-            kind = _int8_conv(conv)
-            if kind is None or not isinstance(args.get(conv.args[1]), GenericConst):
+            if not (_int8_conv(conv) and isinstance(args.get(conv.args[1]), GenericConst)):
                 continue
             data = args[conv.args[0]]
             others = [a for p, a in args.items() if not p.same_as(conv.args[0]) and not isinstance(a, GenericConst)]
             if len(others) > 1 or data not in names or binding.var not in names or (others and others[0] not in names):
                 continue
             found.append(QuantizableConv(binding.var, names[data], names[others[0]] if others else None,
-                                         names[binding.var], kind == "depthwise"))
+                                         names[binding.var]))
     return found
 
 
-def _int8_conv(conv: relax.Call) -> str | None:
-    """"dense", "depthwise", or None for a conv no int8 kernel computes."""
+def _int8_conv(conv: relax.Call) -> bool:
     attrs = conv.attrs
     data_block = _BLOCKED.fullmatch(str(attrs.data_layout))
     out_block = _BLOCKED.fullmatch(str(attrs.out_layout))
-    if (conv.op.name != "relax.nn.conv2d" or data_block is None or out_block is None
-            or int(out_block.group(1)) != OUT_BLOCK or conv.args[0].ty.dtype != "float32"):
-        return None
-    if int(attrs.groups) == 1:
-        return "dense"
-    channels = int(conv.args[0].ty.shape[1]) * int(data_block.group(1))
-    return "depthwise" if int(attrs.groups) == channels and int(data_block.group(1)) == OUT_BLOCK else None
+    return (conv.op.name == "relax.nn.conv2d" and int(attrs.groups) == 1 and data_block is not None
+            and out_block is not None and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
 
 
 def _composite(mod: tvm.IRModule, value) -> relax.Function | None:

@@ -23,7 +23,6 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
-from ..compute.conv_nchwc import depthwise_conv2d_nchwc
 from ..compute.conv_nchwc_int8 import QUAD, conv2d_nchwc_int8
 from ..quantization.points import QuantizableConv, quantizable_convs
 from ..quantization.table import CalibrationTable, TensorScale
@@ -84,8 +83,6 @@ class _Realizer(PyExprMutator):
         conv = self.convs.get(binding.var)
         if conv is None:
             return super().visit_var_binding_(binding)
-        if conv.depthwise:
-            return self._depthwise(binding, conv)
         call = binding.value
         func = self.mod[call.op]
         params = list(func.params)
@@ -103,34 +100,6 @@ class _Realizer(PyExprMutator):
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
         located = kernel_call(self.builder_, func, compute, [*args, relax.const(correction), relax.const(multiplier)],
                               "int8_", {INT8_ATTR: True})
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(located, binding.var.name))
-
-    def _depthwise(self, binding: relax.VarBinding, conv: QuantizableConv) -> None:
-        """A depthwise conv reads and writes u8 codes but computes in fp32: it has too few
-        products per input for a dot product to pay, and is bound by memory, which u8 cuts 4x."""
-        call = binding.value
-        func = self.mod[call.op]
-        params = list(func.params)
-        anchor = func.body.blocks[0].bindings[0].value
-        data_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[0]))
-        args = [self.visit_expr(a) for a in call.args]
-        data_scale = self.pooled.get(call.args[data_position]) or self.table.tensors[conv.data]
-        args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
-        residual = self.table.tensors[conv.residual] if conv.residual else None
-        output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
-        attrs = anchor.attrs
-        geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
-
-        def compute(*tensors):
-            def anchor_compute(_call, data, weight):
-                return depthwise_conv2d_nchwc(requantize.dequantize(data, data_scale.scale, data_scale.zero_point),
-                                              weight, *geometry)
-
-            real = composite_compute(func.body, params, anchor_compute, _residual_dequantizer(anchor, residual))(*tensors)
-            return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
-
-        located = kernel_call(self.builder_, func, compute, args, "int8_", {INT8_ATTR: True})
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(located, binding.var.name))
 
@@ -182,22 +151,15 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
             acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni)
             return requantize.dequantize_accumulator(acc, correction, multiplier)
 
-        real = composite_compute(func.body, params, anchor, _residual_dequantizer(anchor_call, residual))(
-            *composite_inputs)
+        def inputs(param, tensor):
+            if residual is not None and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
+                return requantize.dequantize(tensor, residual.scale, residual.zero_point)
+            return tensor
+
+        real = composite_compute(func.body, params, anchor, inputs)(*composite_inputs)
         return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
 
     return compute
-
-
-def _residual_dequantizer(anchor_call: relax.Call, residual: TensorScale | None):
-    """`composite_compute`'s `inputs`: a u8 residual operand dequantized on the fly."""
-
-    def inputs(param, tensor):
-        if residual is not None and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
-            return requantize.dequantize(tensor, residual.scale, residual.zero_point)
-        return tensor
-
-    return inputs
 
 
 def _op_name(value: relax.Expr) -> str | None:
