@@ -39,18 +39,21 @@ def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
 
 
 def stem(size: int = 32, seed: int = 0):
-    """x (3 channels) -> conv7x7/2 + relu -> maxpool3x3/2 -> conv3x3 + relu (y), as ResNet's
-    stem and first layer."""
+    """x (3 channels) -> conv7x7/2 + relu (a) -> maxpool3x3/2 (p) -> conv3x3 + relu (q) ->
+    conv3x3 + p -> relu (y): ResNet-18's stem and first block, whose residual is the max-pool."""
     rng = np.random.default_rng(seed)
     weights = [numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(2 / np.prod(shape[1:])))
                                        .astype(np.float32), name)
-               for name, shape in (("w1", (16, 3, 7, 7)), ("w2", (16, 16, 3, 3)))]
+               for name, shape in (("w1", (16, 3, 7, 7)), ("w2", (16, 16, 3, 3)), ("w3", (16, 16, 3, 3)))]
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[3, 3, 3, 3], strides=[2, 2]),
         helper.make_node("Relu", ["c1"], ["a"], name="relu1"),
         helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Conv", ["p", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["y"], name="relu2"),
+        helper.make_node("Relu", ["c2"], ["q"], name="relu2"),
+        helper.make_node("Conv", ["q", "w3"], ["c3"], name="conv3", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c3", "p"], ["s"], name="add"),
+        helper.make_node("Relu", ["s"], ["y"], name="relu3"),
     ]
     out = size // 4
     graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],

@@ -100,14 +100,20 @@ def _int8_main(model_proto, table) -> list[relax.VarBinding]:
 
 
 @pytest.mark.vnni
-def test_the_image_conv_and_max_pool_run_in_int8():
+@pytest.mark.parametrize("pool_scale", [None, 2.0])
+def test_the_image_conv_and_max_pool_run_in_int8(pool_scale):
     """The 3-channel conv reads its input padded to 4 channels (the pad a real zero); the
-    max-pool after it works on its u8 codes, so the conv after reads them with no rounding."""
+    max-pool after it works on its u8 codes, so the convs after it (one adding it as the
+    residual) read them with no rounding, on the scale of the pool's input whatever the
+    table gives the pool's output (`pool_scale`: twice it)."""
     model = stem()
     samples = np.random.default_rng(3).standard_normal((8, 3, 32, 32)).astype(np.float32)
     table = tvm_fuse.quantize(model, samples, method="minmax")
+    if pool_scale:
+        scale = table.tensors["p"]
+        table.tensors["p"] = TensorScale(scale.scale * pool_scale, scale.zero_point)
     int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
-    assert _int8_patterns(int8) == ["conv2d+relu", "conv2d+relu"]
+    assert sorted(_int8_patterns(int8)) == ["conv2d+relu", "conv2d+relu", "conv2d+sum+relu"]
     pools = [b for b in _int8_main(model, table) if b.value.op.same_as(tvm.ir.Op.get("relax.nn.max_pool2d"))]
     assert [b.value.args[0].ty.dtype for b in pools] == ["uint8"]
     feed = {"x": samples[:1]}

@@ -95,7 +95,10 @@ class _Realizer(PyExprMutator):
         weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale,
                                                        int(args[data_position].ty.shape[-1]))
         args[weight_position] = relax.const(weight)
-        residual = self.table.tensors[conv.residual] if conv.residual else None
+        residual = None
+        if conv.residual:  # the one operand neither data nor constant; u8 codes of a max-pool keep its input's scale
+            operand = next(a for i, a in enumerate(call.args) if i != data_position and isinstance(a, relax.Var))
+            residual = self.pooled.get(operand) or self.table.tensors[conv.residual]
         output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
         located = kernel_call(self.builder_, func, compute, [*args, relax.const(correction), relax.const(multiplier)],
