@@ -23,8 +23,9 @@ from ..frontend.fixups import constant_values
 from .table import CalibrationTable, TensorScale
 
 METHOD = "qdq"  # a table read from the model's own pairs
+# Ops whose output is non-negative when their data inputs are.
 _ORDER_PRESERVING = {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "Reshape", "Flatten",
-                     "Transpose", "Squeeze", "Unsqueeze", "Concat", "Identity"}  # keep non-negative inputs so
+                     "Transpose", "Squeeze", "Unsqueeze", "Concat", "Identity"}
 _CODE_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 
 
@@ -88,7 +89,8 @@ def read_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, CalibrationTable 
     initializers += [t for t in bounds if t.name in used]
     del result.graph.initializer[:]
     result.graph.initializer.extend(initializers)
-    kept_inputs = [i for i in graph.input if i.name in used]  # old IRs list initializers as inputs too
+    weights = {t.name for t in graph.initializer}  # old IRs list them as graph inputs too
+    kept_inputs = [i for i in graph.input if i.name in used or i.name not in weights]
     del result.graph.input[:]
     result.graph.input.extend(kept_inputs)
     return result, CalibrationTable(tensors, METHOD) if tensors else None
