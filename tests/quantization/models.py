@@ -92,6 +92,33 @@ def inverted_residual(channels: int = 16, expand: int = 4, size: int = 16, seed:
     return model
 
 
+def inception_branches(channels: int = 16, size: int = 14, seed: int = 0):
+    """x -> [conv1x1 + relu, conv3x3 + relu] -> concat along channels (c) -> conv1x1 (y): an
+    Inception module's branches and the layer that reads them."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name, out, inp, k):
+        return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
+                                       .astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="branch1"),
+        helper.make_node("Relu", ["c1"], ["a"], name="relu1"),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], name="branch2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["b"], name="relu2"),
+        helper.make_node("Concat", ["a", "b"], ["c"], name="concat", axis=1),
+        helper.make_node("Conv", ["c", "w3"], ["y"], name="reader"),
+    ]
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "inception_branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                              [weight("w1", channels, channels, 1), weight("w2", 2 * channels, channels, 3),
+                               weight("w3", channels, 3 * channels, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
     """`model` quantized by ONNX Runtime's tool: static QDQ, per-channel s8 weights, minmax
     ranges over `samples` (stacked on the batch axis)."""

@@ -17,7 +17,7 @@ from tvm_fuse.quantization.table import TensorScale
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize_int8 import RealizeInt8
 
-from .models import inverted_residual, residual_block, stem
+from .models import inception_branches, inverted_residual, residual_block, stem
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -132,3 +132,20 @@ def test_mobilenets_block_runs_its_pointwise_convs_in_int8():
     feed = {"x": samples[:1]}
     (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
     assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_a_concat_of_int8_convs_passes_u8_codes_on_its_own_scale():
+    """The two branches write their codes on the concat's scale, so the concat joins u8
+    tensors and the conv reading it gets them with no requantizing."""
+    model = inception_branches()
+    samples = np.random.default_rng(5).standard_normal((8, 16, 14, 14)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    assert "c" in table.tensors  # calibration measures the concat too
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    assert sorted(_int8_patterns(int8)) == ["conv2d", "conv2d+relu", "conv2d+relu"]
+    concats = [b for b in _int8_main(model, table) if b.value.op.same_as(tvm.ir.Op.get("relax.concat"))]
+    assert [b.var.ty.dtype for b in concats] == ["uint8"]
+    feed = {"x": samples[:1]}
+    (ours,), (reference,) = int8.run(None, feed), ort_outputs(model, feed)
+    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()

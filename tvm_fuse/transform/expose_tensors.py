@@ -1,5 +1,6 @@
 """For calibration: `main` also returns the tensors the int8 kernels would read and write
-(`quantization.points`), after its own outputs, so one run of the fp32 model yields their values."""
+(`quantization.points`), and the concats of their outputs (which they may write on the concat's
+scale), after its own outputs, so one run of the fp32 model yields their values."""
 
 from __future__ import annotations
 
@@ -11,15 +12,23 @@ from tvm import relax
 
 from ..quantization.points import quantizable_convs, tensor_names
 
+_CONCAT = tvm.ir.Op.get("relax.concat")
+
 
 def ExposeTensors(model: onnx.ModelProto, exclude: Collection[str], exposed: list[str]) -> tvm.transform.Pass:
     """`exposed` receives the names of the returned tensors, in order."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ExposeTensors")
     def expose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        wanted = {n for c in quantizable_convs(mod, model, exclude) for n in (c.data, c.residual, c.output) if n}
+        convs = quantizable_convs(mod, model, exclude)
+        wanted = {n for c in convs for n in (c.data, c.residual, c.output) if n}
+        outputs = {c.var for c in convs}
+        names = tensor_names(mod, model)
+        wanted |= {names[b.var] for block in mod["main"].body.blocks for b in block.bindings
+                   if b.var in names and isinstance(b.value, relax.Call) and b.value.op.same_as(_CONCAT)
+                   and all(f in outputs for f in b.value.args[0].fields)}
         by_name: dict[str, relax.Var] = {}
-        for var, name in tensor_names(mod, model).items():
+        for var, name in names.items():
             if name in wanted:
                 by_name.setdefault(name, var)  # the first: the one a layout copy was made from
         exposed[:] = sorted(by_name)

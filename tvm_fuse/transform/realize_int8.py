@@ -14,6 +14,7 @@ is quantized once by a kernel of its own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 
 import numpy as np
@@ -24,7 +25,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
 from ..compute.conv_nchwc_int8 import QUAD, conv2d_nchwc_int8
-from ..quantization.points import QuantizableConv, quantizable_convs
+from ..quantization.points import QuantizableConv, quantizable_convs, tensor_names
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
 from .lower_composites import composite_compute, kernel_call
@@ -45,7 +46,7 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
                  if all(n in table.tensors for n in (c.data, c.residual) if n)]
         if not convs:
             return mod
-        realizer = _Realizer(mod, convs, table, vnni, per_channel)
+        realizer = _Realizer(mod, convs, table, tensor_names(mod, model), vnni, per_channel)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -55,31 +56,20 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
 
 @mutator
 class _Realizer(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], table: CalibrationTable, vnni: bool,
-                 per_channel: bool):
+    def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], table: CalibrationTable,
+                 names: dict[relax.Var, str], vnni: bool, per_channel: bool):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
-        read_by = readers(mod["main"])
-
-        def int8_readers(var: relax.Var) -> bool:
-            return bool(read_by.get(var)) and all(r is not None and r.var in self.convs for r in read_by[var])
-
-        # A max-pool commutes with rounding to a grid: on u8 codes it keeps its input's scale.
-        self.u8_pools = {r.var for c in convs for r in read_by.get(c.var, [])
-                         if r is not None and _op_name(r.value) in _U8_POOLS and int8_readers(r.var)}
-        self.u8_out = {c.var for c in convs if c.output in table.tensors and read_by.get(c.var)
-                       and all(r is not None and (r.var in self.convs or r.var in self.u8_pools)
-                               for r in read_by[c.var])}
+        self.codes = _u8_plan(mod["main"], self.convs, table, names)
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
-        self.pooled: dict[relax.Var, TensorScale] = {}  # a u8 max-pool -> the scale of its codes
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        if binding.var in self.u8_pools:
-            return self._pool(binding)
+        if binding.var in self.codes and binding.var not in self.convs:
+            return self._pass_codes(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
             return super().visit_var_binding_(binding)
@@ -90,33 +80,28 @@ class _Realizer(PyExprMutator):
         data_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[0]))
         weight_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[1]))
         args = [self.visit_expr(a) for a in call.args]
-        data_scale = self.pooled.get(call.args[data_position]) or self.table.tensors[conv.data]
+        data_scale = self.codes.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
         weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale,
                                                        int(args[data_position].ty.shape[-1]))
         args[weight_position] = relax.const(weight)
         residual = None
-        if conv.residual:  # the one operand neither data nor constant; u8 codes of a max-pool keep its input's scale
+        if conv.residual:  # the one operand neither data nor constant
             operand = next(a for i, a in enumerate(call.args) if i != data_position and isinstance(a, relax.Var))
-            residual = self.pooled.get(operand) or self.table.tensors[conv.residual]
-        output = self.table.tensors[conv.output] if binding.var in self.u8_out else None
+            residual = self.codes.get(operand) or self.table.tensors[conv.residual]
+        output = self.codes.get(binding.var)
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
         located = kernel_call(self.builder_, func, compute, [*args, relax.const(correction), relax.const(multiplier)],
                               "int8_", {INT8_ATTR: True})
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
         self.set_var_remap(binding.var, emit(located, binding.var.name))
 
-    def _pool(self, binding: relax.VarBinding) -> None:
-        """The max-pool on its input's codes when they are u8 (else as it was)."""
+    def _pass_codes(self, binding: relax.VarBinding) -> None:
+        """A max-pool or concat on the u8 codes of its inputs."""
         call = binding.value
-        source = call.args[0]
-        data = self.visit_expr(source)
-        if data.ty.dtype != "uint8":
-            return super().visit_var_binding_(binding)
-        self.pooled[binding.var] = self.table.tensors[self.convs[source].output]
-        pooled = self.builder_.normalize(relax.Call(call.op, [data], call.attrs))
+        on_codes = self.builder_.normalize(relax.Call(call.op, [self.visit_expr(a) for a in call.args], call.attrs))
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(pooled, binding.var.name))
+        self.set_var_remap(binding.var, emit(on_codes, binding.var.name))
 
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
         """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),
@@ -163,6 +148,47 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
         return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
 
     return compute
+
+
+def _u8_plan(main: relax.Function, convs: dict[relax.Var, QuantizableConv], table: CalibrationTable,
+             names: dict[relax.Var, str]) -> dict[relax.Var, TensorScale]:
+    """The variables that hold u8 codes, and their scale: the output of an int8 conv whose
+    readers all take codes, and of the ops between int8 convs that can pass codes along. A
+    max-pool commutes with rounding to a grid, so it keeps its input's scale. A channel
+    concat of int8 convs read by nothing else takes its own scale, which its inputs write
+    their codes on (oneDNN's way: no requantizing)."""
+    read_by = readers(main)
+    values = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+
+    def sources(var: relax.Var) -> list:
+        return list(values[var].args[0].fields) if _op_name(values.get(var)) == "relax.concat" else []
+
+    def passes_codes(var: relax.Var) -> bool:
+        op = _op_name(values.get(var))
+        if op in _U8_POOLS:
+            return True
+        concat = op == "relax.concat" and int(values[var].attrs.axis) == 1 and names.get(var) in table.tensors
+        return concat and all(s in convs and [r.var for r in read_by[s] if r] == [var] and len(read_by[s]) == 1
+                              for s in sources(var))
+
+    @functools.cache
+    def read_as_codes(var: relax.Var) -> bool:
+        found = read_by.get(var)
+        return bool(found) and all(r is not None and (r.var in convs or (passes_codes(r.var) and read_as_codes(r.var)))
+                                   for r in found)
+
+    plan: dict[relax.Var, TensorScale] = {}
+    concat_of = {s: var for var in values if passes_codes(var) for s in sources(var)}
+    for var, value in values.items():
+        if var in convs and read_as_codes(var):
+            name = names.get(concat_of[var]) if var in concat_of else convs[var].output
+            if name in table.tensors:
+                plan[var] = table.tensors[name]
+        elif var not in convs and passes_codes(var) and read_as_codes(var):
+            inputs = sources(var) or [value.args[0]]
+            if all(i in plan for i in inputs):
+                plan[var] = plan[inputs[0]] if not sources(var) else table.tensors[names[var]]
+    return plan
 
 
 def _op_name(value: relax.Expr) -> str | None:
