@@ -168,7 +168,7 @@ def _u8_plan(main: relax.Function, convs: dict[relax.Var, QuantizableConv], tabl
         if op in _U8_POOLS:
             return True
         concat = op == "relax.concat" and int(values[var].attrs.axis) == 1 and names.get(var) in table.tensors
-        return concat and all(s in convs and [r.var for r in read_by[s] if r] == [var] and len(read_by[s]) == 1
+        return concat and all(s in convs and [getattr(r, "var", None) for r in read_by[s]] == [var]
                               for s in sources(var))
 
     @functools.cache
