@@ -59,13 +59,12 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
     return {var: name for var, name in names.items() if computed.get(name, 0) <= 1}
 
 
-def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = ()
-                      ) -> list[QuantizableConv]:
+def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[relax.Var, str],
+                      exclude: Collection[str] = ()) -> list[QuantizableConv]:
     """The conv kernels of `main` (composites of the fusion table) an int8 kernel can compute:
     a dense (ungrouped) conv with constant weights, output blocks of 16, and no node in
     `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the image's 3
-    channels, are padded when quantized.)"""
-    names = tensor_names(mod, model)
+    channels, are padded when quantized.) `names`: `tensor_names(mod, model)`."""
     nodes = model.graph.node
     found = []
     for block in mod["main"].body.blocks:

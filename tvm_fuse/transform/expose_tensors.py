@@ -20,10 +20,10 @@ def ExposeTensors(model: onnx.ModelProto, exclude: Collection[str], exposed: lis
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ExposeTensors")
     def expose(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        convs = quantizable_convs(mod, model, exclude)
+        names = tensor_names(mod, model)
+        convs = quantizable_convs(mod, model, names, exclude)
         wanted = {n for c in convs for n in (c.data, c.residual, c.output) if n}
         outputs = {c.var for c in convs}
-        names = tensor_names(mod, model)
         wanted |= {names[b.var] for block in mod["main"].body.blocks for b in block.bindings
                    if b.var in names and isinstance(b.value, relax.Call) and b.value.op.same_as(_CONCAT)
                    and all(f in outputs for f in b.value.args[0].fields)}

@@ -42,11 +42,12 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        convs = [c for c in quantizable_convs(mod, model, {*table.exclude, *exclude})
+        names = tensor_names(mod, model)
+        convs = [c for c in quantizable_convs(mod, model, names, {*table.exclude, *exclude})
                  if all(n in table.tensors for n in (c.data, c.residual) if n)]
         if not convs:
             return mod
-        realizer = _Realizer(mod, convs, table, tensor_names(mod, model), vnni, per_channel)
+        realizer = _Realizer(mod, convs, table, names, vnni, per_channel)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -91,17 +92,19 @@ class _Realizer(PyExprMutator):
             residual = self.codes.get(operand) or self.table.tensors[conv.residual]
         output = self.codes.get(binding.var)
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
-        located = kernel_call(self.builder_, func, compute, [*args, relax.const(correction), relax.const(multiplier)],
-                              "int8_", {INT8_ATTR: True})
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(located, binding.var.name))
+        self._rebind(binding, kernel_call(self.builder_, func, compute,
+                                          [*args, relax.const(correction), relax.const(multiplier)],
+                                          "int8_", {INT8_ATTR: True}))
 
     def _pass_codes(self, binding: relax.VarBinding) -> None:
         """A max-pool or concat on the u8 codes of its inputs."""
         call = binding.value
-        on_codes = self.builder_.normalize(relax.Call(call.op, [self.visit_expr(a) for a in call.args], call.attrs))
+        self._rebind(binding, relax.Call(call.op, [self.visit_expr(a) for a in call.args], call.attrs))
+
+    def _rebind(self, binding: relax.VarBinding, value: relax.Expr) -> None:
+        """Emit `value` in place of the binding, under its name."""
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(on_codes, binding.var.name))
+        self.set_var_remap(binding.var, emit(value, binding.var.name))
 
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
         """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),
