@@ -48,14 +48,21 @@ def accumulate_in_registers(sch: s_tir.Schedule, block, tile_loop, unrolled, lan
     return write_back
 
 
-def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int) -> None:
-    """Write a register tile out, through the epilogue when there is one."""
+def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int, unroll: bool = False) -> None:
+    """Write a register tile out, through the epilogue when there is one. `unroll`: unroll
+    the tile's loops, so that every read of the tile has a constant index and LLVM keeps all
+    of it in registers; in a loop, the tile also lives in memory, zeroed by a memset per tile
+    (which costs the int8 conv's short reductions more than the fp32 conv's)."""
     if epilogue is not None:
         sch.compute_inline(write_back)  # the epilogue reads the tile itself
         sch.reverse_compute_at(epilogue, tile_loop)
-        vectorize_innermost(sch, epilogue, lanes)
-    else:
-        vectorize_innermost(sch, write_back, lanes)
+        write_back = epilogue
+    vectorize_innermost(sch, write_back, lanes)
+    if unroll:
+        loops = sch.get_loops(write_back)
+        depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(tile_loop)))
+        for loop in loops[depth + 1:-1]:
+            sch.unroll(loop)
 
 
 def divisor(extent, choices) -> int:
