@@ -6,18 +6,22 @@ output channel and no zero point."""
 
 from __future__ import annotations
 
-from tvm import te
+from tvm import te, tirx
 
 U8_MAX = 255
+# 1.5 x 2**23: a float32 in [2**23, 2**24) is an integer, so adding this to a value of magnitude
+# below 2**22 rounds it to an integer (ties to even), which the float's low bits then hold.
+_ROUNDING_SHIFT = 12582912.0
 
 
-def dequantize_accumulator(acc: te.Tensor, correction: te.Tensor, multiplier: te.Tensor) -> te.Tensor:
+def dequantize_accumulator(acc: te.Tensor, multiplier: te.Tensor, correction: te.Tensor | None = None) -> te.Tensor:
     """`(acc + correction) * multiplier`, both per output channel (shape (1, C, 1, 1, c)):
-    `correction` is -zero_point x the channel's weight sum, `multiplier` is the data scale x
-    the channel's weight scale."""
+    `correction` is -zero_point x the channel's weight sum (None for a zero point of 0),
+    `multiplier` is the data scale x the channel's weight scale."""
 
     def value(n, c, y, x, b):
-        return (acc[n, c, y, x, b] + correction[0, c, 0, 0, b]).astype("float32") * multiplier[0, c, 0, 0, b]
+        total = acc[n, c, y, x, b] if correction is None else acc[n, c, y, x, b] + correction[0, c, 0, 0, b]
+        return total.astype("float32") * multiplier[0, c, 0, 0, b]
 
     return te.compute(acc.shape, value, name="dequantize_acc")
 
@@ -28,16 +32,18 @@ def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
 
 
 def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None = None) -> te.Tensor:
-    """Round to the nearest code (ties to even, as ONNX QuantizeLinear) and saturate. `te.round`
-    lowers to LLVM's nearbyint (ties to even) and vectorizes; `te.nearbyint` left the whole
-    epilogue scalar, half as fast, which LLVM then re-vectorized 8 lanes wide. `block`:
-    the last axis padded to this many lanes with the code of zero (a 3-channel image made
-    4-channel for the int8 conv's quads)."""
+    """Round to the nearest code (ties to even, as ONNX QuantizeLinear) and saturate, in four
+    vector instructions: one FMA scales the value and adds the zero point and the rounding
+    shift (`_ROUNDING_SHIFT`), a min and a max saturate it, and the code is the low byte of
+    its bits (te.round, a clamp and a conversion took seven). `block`: the last axis padded
+    to this many lanes with the code of zero (a 3-channel image made 4-channel for the int8
+    conv's quads)."""
     lanes = real.shape[-1]
 
     def value(*i):
-        code = te.round(real(*i) * (1.0 / scale)) + float(zero_point)
-        return te.max(te.min(code, float(U8_MAX)), 0.0).astype("uint8")
+        shifted = real(*i) * (1.0 / scale) + (_ROUNDING_SHIFT + zero_point)
+        saturated = te.min(te.max(shifted, _ROUNDING_SHIFT), _ROUNDING_SHIFT + U8_MAX)
+        return tirx.reinterpret("int32", saturated).astype("uint8")
 
     if block is None or block == lanes:
         return te.compute(real.shape, value, name="quantize")

@@ -83,7 +83,7 @@ class _Realizer(PyExprMutator):
         args = [self.visit_expr(a) for a in call.args]
         data_scale = self.codes.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
-        weight, correction, multiplier = self._weights(args[weight_position].value.numpy(), data_scale,
+        weight, multiplier, correction = self._weights(args[weight_position].value.numpy(), data_scale,
                                                        int(args[data_position].ty.shape[-1]))
         args[weight_position] = relax.const(weight)
         residual = None
@@ -93,7 +93,7 @@ class _Realizer(PyExprMutator):
         output = self.codes.get(binding.var)
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
         self._rebind(binding, kernel_call(self.builder_, func, compute,
-                                          [*args, relax.const(correction), relax.const(multiplier)],
+                                          [*args, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
 
     def _pass_codes(self, binding: relax.VarBinding) -> None:
@@ -118,16 +118,17 @@ class _Realizer(PyExprMutator):
         return self.quantized[original]
 
     def _weights(self, weight: np.ndarray, data: TensorScale, data_block: int):
-        """(packed s8 weights, the s32 correction for the data's zero point, the s32 -> real
-        multiplier), the last two per output channel as (1, C, 1, 1, c). Input channels the
-        data's padded block adds get zero weights."""
+        """(packed s8 weights, the s32 -> real multiplier, [the s32 correction for the data's
+        zero point] or [] for a zero point of 0), the last two per output channel as
+        (1, C, 1, 1, c). Input channels the data's padded block adds get zero weights."""
         padding = [(0, 0)] * weight.ndim
         padding[4] = (0, data_block - weight.shape[4])
         weight = np.pad(weight, padding)
         codes, scale = quantize_blocked_weight(weight, S8_MAX if self.vnni else S7_MAX, self.per_channel)
         per_channel = (1, scale.shape[0], 1, 1, scale.shape[1])
         correction = (-data.zero_point * codes.astype(np.int32).sum(axis=(1, 2, 3, 4))).astype(np.int32)
-        return pack_vnni(codes), correction.reshape(per_channel), (data.scale * scale).reshape(per_channel)
+        corrections = [relax.const(correction.reshape(per_channel))] if data.zero_point else []
+        return pack_vnni(codes), (data.scale * scale).reshape(per_channel), corrections
 
 
 def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: TensorScale | None,
@@ -136,11 +137,11 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
 
     def compute(*tensors):
-        *composite_inputs, correction, multiplier = tensors
+        composite_inputs, (multiplier, *correction) = tensors[:len(params)], tensors[len(params):]
 
         def anchor(_call, data, weight):
             acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni)
-            return requantize.dequantize_accumulator(acc, correction, multiplier)
+            return requantize.dequantize_accumulator(acc, multiplier, *correction)
 
         def inputs(param, tensor):
             if residual is not None and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
@@ -148,9 +149,17 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
             return tensor
 
         real = composite_compute(func.body, params, anchor, inputs)(*composite_inputs)
-        return real if output is None else requantize.quantize(real, output.scale, output.zero_point)
+        if output is None:
+            return real
+        if output.zero_point == 0 and _last_op(func) == "relax.nn.relu":
+            real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
+        return requantize.quantize(real, output.scale, output.zero_point)
 
     return compute
+
+
+def _last_op(func: relax.Function) -> str | None:
+    return _op_name(func.body.blocks[0].bindings[-1].value)
 
 
 def _u8_plan(main: relax.Function, convs: dict[relax.Var, QuantizableConv], table: CalibrationTable,
