@@ -69,7 +69,7 @@ def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[rel
     found = []
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
-            func = _composite(mod, binding.value)
+            func = composite_of(mod, binding.value)
             if func is None or str(func.attrs[ANCHOR_ATTR]) != "conv":
                 continue
             indices = composite_nodes(func)
@@ -96,7 +96,8 @@ def _int8_conv(conv: relax.Call) -> bool:
             and out_block is not None and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
 
 
-def _composite(mod: tvm.IRModule, value) -> relax.Function | None:
+def composite_of(mod: tvm.IRModule, value) -> relax.Function | None:
+    """The composite function `value` calls (a kernel of the fusion table), or None."""
     if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
         return None
     func = mod[value.op]
@@ -104,7 +105,7 @@ def _composite(mod: tvm.IRModule, value) -> relax.Function | None:
 
 
 def _nodes(mod: tvm.IRModule, var: relax.Var, value: relax.Call) -> list[int]:
-    func = _composite(mod, value)
+    func = composite_of(mod, value)
     if func is not None:
         return composite_nodes(func)
     index = provenance.node_index(var)

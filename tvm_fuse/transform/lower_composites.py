@@ -48,7 +48,8 @@ class _Weight:
     winograd_tile: int | None = None
 
 
-def _anchor(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearranged: _Weight | None) -> te.Tensor:
+def anchor_compute(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearranged: _Weight | None = None) -> te.Tensor:
+    """The anchor op `call` of a composite on te tensors (its weight as `rearranged`, if it was)."""
     if call.op.name == "relax.matmul":
         return dense_packed(data, weight) if rearranged else matmul(data, weight)
     attrs = call.attrs
@@ -133,7 +134,7 @@ class _Lowerer(relax.PyExprMutator):
             args[rearranged.position] = rearranged.value
         winograd = f"winograd{rearranged.winograd_tile}_" if rearranged and rearranged.winograd_tile else ""
         compute = composite_compute(func.body, list(func.params),
-                                    lambda call, data, weight: _anchor(call, data, weight, rearranged))
+                                    lambda call, data, weight: anchor_compute(call, data, weight, rearranged))
         return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, winograd))
 
 

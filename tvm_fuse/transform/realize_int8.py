@@ -8,8 +8,9 @@ with a u8 residual dequantized on the fly), and the result quantized back to u8.
 of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
-fp32 (a model output, a pooling or another op reads it). An fp32 tensor an int8 kernel reads
-is quantized once by a kernel of its own.
+fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
+it is bound by memory, not arithmetic) that only int8 kernels read writes u8 codes from its
+epilogue. Any other fp32 tensor an int8 kernel reads is quantized once by a kernel of its own.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
 from ..compute.conv_nchwc_int8 import QUAD, conv2d_nchwc_int8
-from ..quantization.points import QuantizableConv, quantizable_convs, tensor_names
+from ..quantization.points import QuantizableConv, composite_of, quantizable_convs, tensor_names
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
-from .lower_composites import composite_compute, kernel_call
+from .lower_composites import anchor_compute, composite_compute, kernel_call
 from .rebind import mutate_functions, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
@@ -62,7 +63,7 @@ class _Realizer(PyExprMutator):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
-        self.codes = _u8_plan(mod["main"], self.convs, table, names)
+        self.codes = _u8_plan(mod, self.convs, table, names)
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel
@@ -70,6 +71,8 @@ class _Realizer(PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.codes and binding.var not in self.convs:
+            if _depthwise(self.mod, binding.value):
+                return self._quantized_depthwise(binding)
             return self._pass_codes(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
@@ -95,6 +98,15 @@ class _Realizer(PyExprMutator):
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
+
+    def _quantized_depthwise(self, binding: relax.VarBinding) -> None:
+        """A depthwise conv kernel, its epilogue rounding to u8 codes on the scale its readers take."""
+        call = binding.value
+        func = self.mod[call.op]
+        output = self.codes[binding.var]
+        real = composite_compute(func.body, list(func.params), anchor_compute)
+        compute = lambda *tensors: _quantized(real(*tensors), func, output)  # noqa: E731
+        self._rebind(binding, kernel_call(self.builder_, func, compute, [self.visit_expr(a) for a in call.args]))
 
     def _pass_codes(self, binding: relax.VarBinding) -> None:
         """A max-pool or concat on the u8 codes of its inputs."""
@@ -149,26 +161,36 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
             return tensor
 
         real = composite_compute(func.body, params, anchor, inputs)(*composite_inputs)
-        if output is None:
-            return real
-        if output.zero_point == 0 and _last_op(func) == "relax.nn.relu":
-            real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
-        return requantize.quantize(real, output.scale, output.zero_point)
+        return real if output is None else _quantized(real, func, output)
 
     return compute
 
 
-def _last_op(func: relax.Function) -> str | None:
-    return _op_name(func.body.blocks[0].bindings[-1].value)
+def _quantized(real, func: relax.Function, output: TensorScale):
+    """The composite `func`'s result `real` rounded to u8 codes on `output`'s scale."""
+    if output.zero_point == 0 and _op_name(func.body.blocks[0].bindings[-1].value) == "relax.nn.relu":
+        real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
+    return requantize.quantize(real, output.scale, output.zero_point)
 
 
-def _u8_plan(main: relax.Function, convs: dict[relax.Var, QuantizableConv], table: CalibrationTable,
+def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
+    """Whether `value` calls a composite whose anchor is a grouped (depthwise) conv."""
+    func = composite_of(mod, value)
+    if func is None:
+        return False
+    anchor = func.body.blocks[0].bindings[0].value
+    return _op_name(anchor) == "relax.nn.conv2d" and int(anchor.attrs.groups) > 1
+
+
+def _u8_plan(mod: tvm.IRModule, convs: dict[relax.Var, QuantizableConv], table: CalibrationTable,
              names: dict[relax.Var, str]) -> dict[relax.Var, TensorScale]:
     """The variables that hold u8 codes, and their scale: the output of an int8 conv whose
     readers all take codes, and of the ops between int8 convs that can pass codes along. A
     max-pool commutes with rounding to a grid, so it keeps its input's scale. A channel
     concat of int8 convs read by nothing else takes its own scale, which its inputs write
-    their codes on (oneDNN's way: no requantizing)."""
+    their codes on (oneDNN's way: no requantizing). A depthwise conv read only by int8
+    kernels writes codes on its output's scale."""
+    main = mod["main"]
     read_by = readers(main)
     values = {b.var: b.value for block in main.body.blocks for b in block.bindings}
 
@@ -192,7 +214,9 @@ def _u8_plan(main: relax.Function, convs: dict[relax.Var, QuantizableConv], tabl
     plan: dict[relax.Var, TensorScale] = {}
     concat_of = {s: var for var in values if passes_codes(var) for s in sources(var)}
     for var, value in values.items():
-        if var in convs and read_as_codes(var):
+        if _depthwise(mod, value) and read_as_codes(var) and names.get(var) in table.tensors:
+            plan[var] = table.tensors[names[var]]
+        elif var in convs and read_as_codes(var):
             name = names.get(concat_of[var]) if var in concat_of else convs[var].output
             if name in table.tensors:
                 plan[var] = table.tensors[name]
