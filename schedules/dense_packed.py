@@ -1,7 +1,9 @@
 """Dense layers with packed weights (`tvm_fuse.compute.matmul.dense_packed`): a tile of
 `row_tile` rows x `column_tile` blocks of output columns (a vector register each) accumulated
 in registers over the whole reduction, each step a broadcast input scalar times contiguous
-weight vectors; tiles in parallel; the fused epilogue applied to the tile before it is stored."""
+weight vectors; tiles in parallel; the fused epilogue applied to the tile before it is stored.
+A vector is one block of the packed weight: the target's width, or narrower for s8 weights
+packed in the widest block that divides their columns (8 for 1000 classes)."""
 
 from __future__ import annotations
 
@@ -25,19 +27,27 @@ class DensePackedKnobs:
     column_tile: int = 1  # blocks of output columns accumulated together
 
 
+def _vector(sch: s_tir.Schedule, block, lanes: int) -> int:
+    """Columns per vector: the packed weight's block (the block's second read), at most `lanes`."""
+    return min(lanes, int(sch.get(block).reads[1].source.shape[-1]))
+
+
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
+    lanes = _vector(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
     row_tile = divisor(rows, [8, 6, 4, 2])
     return DensePackedKnobs(row_tile, accumulator_tile(columns // lanes, row_tile))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DensePackedKnobs]:
+    lanes = _vector(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
     return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(columns // lanes, 5) if r * c <= 28]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
+    lanes = _vector(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])

@@ -1,5 +1,5 @@
 """Small conv models for the int8 tests: a stem (the image's conv and max-pool) and a residual
-block, as in ResNet; and the same quantized by ONNX Runtime's tool."""
+block, as in ResNet; a classifier head; and the same quantized by ONNX Runtime's tool."""
 
 from __future__ import annotations
 
@@ -33,6 +33,29 @@ def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * c, size, size])],
                               weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def classifier(batch: int = 1, channels: int = 32, classes: int = 1000, size: int = 8, seed: int = 0):
+    """x -> conv3x3 + relu -> global average pool -> flatten -> Gemm to `classes` (y), as a
+    CNN's head."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    weights = [numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * np.sqrt(2 / (9 * c))).astype(np.float32), "w1"),
+               numpy_helper.from_array((rng.standard_normal((classes, c)) * np.sqrt(1 / c)).astype(np.float32), "fc_w"),
+               numpy_helper.from_array((rng.standard_normal(classes) * 0.1).astype(np.float32), "fc_b")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["a"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["a"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(nodes, "classifier",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, classes])], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model

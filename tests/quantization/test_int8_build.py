@@ -17,7 +17,7 @@ from tvm_fuse.quantization.table import TensorScale
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize_int8 import RealizeInt8
 
-from .models import inception_branches, inverted_residual, residual_block, stem
+from .models import classifier, inception_branches, inverted_residual, residual_block, stem
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -96,14 +96,20 @@ def test_constant_calibration_data_gives_finite_scales():
     assert all(np.isfinite(s.scale) and s.scale > 0 for s in table.tensors.values())
 
 
-def _int8_calls(model_proto, table, op: str) -> list[relax.VarBinding]:
+def _int8_calls(model_proto, table, op: str, exclude=()) -> list[relax.VarBinding]:
     """The bindings of `main` calling `op` in the int8 build, as the kernels are about to be
     scheduled."""
     imported = relax_module(model_proto)
     mod = optimize(imported.mod, parse_target("llvm -mcpu=cascadelake"),
-                   int8=RealizeInt8(imported.onnx, table, vnni=True))
+                   int8=RealizeInt8(imported.onnx, table, vnni=True, exclude=exclude))
     return [b for block in mod["main"].body.blocks for b in block.bindings
             if isinstance(b.value, relax.Call) and b.value.op.same_as(tvm.ir.Op.get(op))]
+
+
+def _kernel_dtypes(model_proto, table, exclude=()) -> list[tuple[str, str]]:
+    """(name, output dtype) of each kernel call in the int8 build."""
+    return [(b.value.args[0].name_hint, b.var.ty.dtype)
+            for b in _int8_calls(model_proto, table, "relax.call_tir", exclude)]
 
 
 @pytest.mark.vnni
@@ -137,7 +143,7 @@ def test_mobilenets_block_runs_its_pointwise_convs_in_int8():
     table = tvm_fuse.quantize(model, samples, method="minmax")
     int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
     assert sorted(_int8_patterns(int8)) == ["conv2d+clip", "conv2d+sum"]
-    kernels = {b.value.args[0].name_hint: b.var.ty.dtype for b in _int8_calls(model, table, "relax.call_tir")}
+    kernels = dict(_kernel_dtypes(model, table))
     assert kernels["depthwise_conv2d_clip"] == "uint8"
     assert [name for name in kernels if name.startswith("quantize")] == ["quantize"]  # the input's
     feed = {"x": samples[:1]}
@@ -158,3 +164,24 @@ def test_a_concat_of_int8_convs_passes_u8_codes_on_its_own_scale():
     assert [b.var.ty.dtype for b in concats] == ["uint8"]
     feed = {"x": samples[:1]}
     assert _worst_error(int8, model, feed) <= 0.03
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("batch, exclude, s8_weights", [(1, [], True), (1, ["Gemm"], False), (32, [], False)])
+def test_a_classifier_reads_s8_weights_at_small_batch(batch, exclude, s8_weights):
+    """The dense layer of a CNN's head at batch 1 reads s8 weights (a scale per class, 1000
+    classes packed in blocks of 8), which moves its outputs by under 1.5% of the largest
+    (rounding each weight to 1/254 of its class's largest: about 1% here);
+    excluded, or with more rows than `MAX_WEIGHT_BOUND_ROWS`, it keeps its fp32 weights."""
+    model = classifier(batch)
+    samples = np.random.default_rng(6).standard_normal((4 * batch, 32, 8, 8)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table, exclude=exclude))
+    kernels = [name for name, _ in _kernel_dtypes(model, table, exclude)]
+    assert any(name.startswith("s8_weights_dense") for name in kernels) == s8_weights
+    feed = {"x": samples[:batch]}
+    assert _worst_error(int8, model, feed) <= 0.02  # mostly the int8 conv's rounding
+    if s8_weights:
+        fp32_weights = tvm_fuse.build(model, quantize=QuantConfig(calibration=table, exclude=["Gemm"]))
+        (ours,), (reference,) = int8.run(None, feed), fp32_weights.run(None, feed)
+        assert np.abs(ours - reference).max() <= 0.015 * np.abs(reference).max()

@@ -26,6 +26,11 @@ def dequantize_accumulator(acc: te.Tensor, multiplier: te.Tensor, correction: te
     return te.compute(acc.shape, value, name="dequantize_acc")
 
 
+def dequantize_columns(product: te.Tensor, scale: te.Tensor) -> te.Tensor:
+    """A product with s8 weights times the weights' scale per output column (last axis)."""
+    return te.compute(product.shape, lambda *i: product(*i) * scale[i[-1]], name="dequantize_columns")
+
+
 def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
     return te.compute(codes.shape, lambda *i: (codes(*i).astype("float32") - float(zero_point)) * scale,
                       name="dequantize")

@@ -10,6 +10,7 @@ tensor they read, since they keep its values.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from ..patterns.table import ANCHOR_ATTR, composite_nodes
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}
+MAX_WEIGHT_BOUND_ROWS = 16
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,30 @@ def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[rel
                 continue
             found.append(QuantizableConv(binding.var, names[data], names[others[0]] if others else None,
                                          names[binding.var]))
+    return found
+
+
+def weight_bound_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = (),
+                        max_rows: int = MAX_WEIGHT_BOUND_ROWS) -> list[relax.Var]:
+    """The dense kernels of `main` (composites of the fusion table) with constant [K, N]
+    weights and at most `max_rows` static rows, none of their nodes in `exclude`: kernels
+    whose time goes to reading their weights, which s8 weights cut fourfold. (With more rows
+    each weight serves more FMAs, and converting it would cost more than loading it.)"""
+    nodes = model.graph.node
+    found = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            func = composite_of(mod, binding.value)
+            if func is None or str(func.attrs[ANCHOR_ATTR]) != "fc":
+                continue
+            if any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in composite_nodes(func)):
+                continue
+            dense = func.body.blocks[0].bindings[0].value
+            weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
+            rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
+            if (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
+                    and all(isinstance(r, int) for r in rows) and math.prod(rows) <= max_rows):
+                found.append(binding.var)
     return found
 
 

@@ -1,5 +1,6 @@
-"""Conv weights to s8 at build time: a symmetric scale per output channel, then packed as the
-int8 kernel reads them (`compute.conv_nchwc_int8`)."""
+"""Weights to s8 at build time, with a symmetric scale per output channel: conv weights packed
+as the int8 kernel reads them (`compute.conv_nchwc_int8`), dense weights [K, N] kept as they
+are (`compute.matmul` converts them to fp32 as it loads them)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def pack_vnni(codes: np.ndarray) -> np.ndarray:
     o_chunks, i_chunks, kh, kw, i_block, o_block = codes.shape
     quads = codes.reshape(o_chunks, i_chunks, kh, kw, i_block // 4, 4, o_block)
     return np.ascontiguousarray(quads.transpose(0, 1, 2, 3, 4, 6, 5))
+
+
+def quantize_dense_weight(weight: np.ndarray, per_channel: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """[K, N] fp32 -> (the s8 codes [K, N], the scales [N]), a scale per output column or one for
+    all. A column of zeros gets scale 1."""
+    peak = np.abs(weight).max(axis=0)
+    if not per_channel:
+        peak = np.full_like(peak, peak.max())
+    scale = np.where(peak > 0, peak / S8_MAX, 1.0).astype(np.float32)
+    return np.clip(np.rint(weight / scale), -S8_MAX, S8_MAX).astype(np.int8), scale

@@ -7,6 +7,9 @@ to real values, the composite's own post-ops (bias, scale/shift, activation, res
 with a u8 residual dequantized on the fly), and the result quantized back to u8. So a chain
 of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
+Dense layers with few rows (a CNN's classifier at small batch) keep fp32 data and arithmetic
+but read s8 weights, with a scale per output column: they are bound by reading their weights.
+
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
 it is bound by memory, not arithmetic) that only int8 kernels read writes u8 codes from its
@@ -25,10 +28,17 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
-from ..compute.conv_nchwc_int8 import QUAD, conv2d_nchwc_int8
-from ..quantization.points import QuantizableConv, composite_of, quantizable_convs, tensor_names
+from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
+from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
+from ..quantization.points import (
+    QuantizableConv,
+    composite_of,
+    quantizable_convs,
+    tensor_names,
+    weight_bound_denses,
+)
 from ..quantization.table import CalibrationTable, TensorScale
-from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight
+from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
 from .lower_composites import anchor_compute, composite_compute, kernel_call
 from .rebind import mutate_functions, readers
 
@@ -44,11 +54,13 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         names = tensor_names(mod, model)
-        convs = [c for c in quantizable_convs(mod, model, names, {*table.exclude, *exclude})
+        excluded = {*table.exclude, *exclude}
+        convs = [c for c in quantizable_convs(mod, model, names, excluded)
                  if all(n in table.tensors for n in (c.data, c.residual) if n)]
-        if not convs:
+        denses = weight_bound_denses(mod, model, excluded)
+        if not convs and not denses:
             return mod
-        realizer = _Realizer(mod, convs, table, names, vnni, per_channel)
+        realizer = _Realizer(mod, convs, denses, table, names, vnni, per_channel)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -58,11 +70,12 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
 
 @mutator
 class _Realizer(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], table: CalibrationTable,
-                 names: dict[relax.Var, str], vnni: bool, per_channel: bool):
+    def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], denses: list[relax.Var],
+                 table: CalibrationTable, names: dict[relax.Var, str], vnni: bool, per_channel: bool):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
+        self.denses = set(denses)
         self.codes = _u8_plan(mod, self.convs, table, names)
         self.table = table
         self.vnni = vnni
@@ -74,6 +87,8 @@ class _Realizer(PyExprMutator):
             if _depthwise(self.mod, binding.value):
                 return self._quantized_depthwise(binding)
             return self._pass_codes(binding)
+        if binding.var in self.denses:
+            return self._s8_weight_dense(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
             return super().visit_var_binding_(binding)
@@ -98,6 +113,25 @@ class _Realizer(PyExprMutator):
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
+
+    def _s8_weight_dense(self, binding: relax.VarBinding) -> None:
+        """A dense kernel reading s8 weights, packed in blocks of output columns
+        (`packing_block`), scaled back per column before the post-ops."""
+        call = binding.value
+        func = self.mod[call.op]
+        params = list(func.params)
+        position = next(i for i, p in enumerate(params) if p.same_as(func.body.blocks[0].bindings[0].value.args[1]))
+        args = [self.visit_expr(a) for a in call.args]
+        codes, scale = quantize_dense_weight(args[position].value.numpy(), self.per_channel)
+        args[position] = relax.const(pack_dense_weight(codes, packing_block(codes.shape[1], OUT_BLOCK)))
+
+        def compute(*tensors):
+            def anchor(_call, data, weight):
+                return requantize.dequantize_columns(dense_packed(data, weight), tensors[-1])
+
+            return composite_compute(func.body, params, anchor)(*tensors[:-1])
+
+        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, relax.const(scale)], "s8_weights_"))
 
     def _quantized_depthwise(self, binding: relax.VarBinding) -> None:
         """A depthwise conv kernel, its epilogue rounding to u8 codes on the scale its readers take."""
