@@ -19,6 +19,7 @@ from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
+from .transform.leaky_relu_to_max import LeakyReluToMax
 from .transform.dense import CanonicalizeDense
 from .transform.fold_batch_norm import FoldBatchNorm
 from .transform.fuse_patterns import FusePatterns
@@ -38,7 +39,8 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
     one until then), ONNX Sum as adds, no-ops gone, Gemm / MatMul + Add as dense + bias,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
-    maximum / minimum and constants at their tensor's rank (both so layout conversion can follow)."""
+    maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
+    layout conversion can follow)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -47,6 +49,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         CanonicalizeDense(),
         FoldBatchNorm(fold_into),
         ClipToMinMax(),
+        LeakyReluToMax(),
         AlignConstantRanks(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
