@@ -67,26 +67,18 @@ def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[rel
     a dense (ungrouped) conv with constant weights, output blocks of 16, and no node in
     `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the image's 3
     channels, are padded when quantized.) `names`: `tensor_names(mod, model)`."""
-    nodes = model.graph.node
     found = []
-    for block in mod["main"].body.blocks:
-        for binding in block.bindings:
-            func = composite_of(mod, binding.value)
-            if func is None or str(func.attrs[ANCHOR_ATTR]) != "conv":
-                continue
-            indices = composite_nodes(func)
-            if any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in indices):
-                continue
-            conv = func.body.blocks[0].bindings[0].value
-            args = dict(zip(func.params, binding.value.args))
-            if not (_int8_conv(conv) and isinstance(args.get(conv.args[1]), GenericConst)):
-                continue
-            data = args[conv.args[0]]
-            others = [a for p, a in args.items() if not p.same_as(conv.args[0]) and not isinstance(a, GenericConst)]
-            if len(others) > 1 or data not in names or binding.var not in names or (others and others[0] not in names):
-                continue
-            found.append(QuantizableConv(binding.var, names[data], names[others[0]] if others else None,
-                                         names[binding.var]))
+    for binding, func in _composites(mod, model, "conv", exclude):
+        conv = func.body.blocks[0].bindings[0].value
+        args = dict(zip(func.params, binding.value.args))
+        if not (_int8_conv(conv) and isinstance(args.get(conv.args[1]), GenericConst)):
+            continue
+        data = args[conv.args[0]]
+        others = [a for p, a in args.items() if not p.same_as(conv.args[0]) and not isinstance(a, GenericConst)]
+        if len(others) > 1 or data not in names or binding.var not in names or (others and others[0] not in names):
+            continue
+        found.append(QuantizableConv(binding.var, names[data], names[others[0]] if others else None,
+                                     names[binding.var]))
     return found
 
 
@@ -96,22 +88,28 @@ def weight_bound_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Coll
     weights and at most `max_rows` static rows, none of their nodes in `exclude`: kernels
     whose time goes to reading their weights, which s8 weights cut fourfold. (With more rows
     each weight serves more FMAs, and converting it would cost more than loading it.)"""
-    nodes = model.graph.node
     found = []
+    for binding, func in _composites(mod, model, "fc", exclude):
+        dense = func.body.blocks[0].bindings[0].value
+        weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
+        rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
+        if (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
+                and all(isinstance(r, int) for r in rows) and math.prod(rows) <= max_rows):
+            found.append(binding.var)
+    return found
+
+
+def _composites(mod: tvm.IRModule, model: onnx.ModelProto, family: str, exclude: Collection[str]):
+    """(binding, composite function) of each kernel of `main` whose anchor is of `family`
+    (conv, fc) and none of whose ONNX nodes `exclude` names, by name or op type."""
+    nodes = model.graph.node
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             func = composite_of(mod, binding.value)
-            if func is None or str(func.attrs[ANCHOR_ATTR]) != "fc":
+            if func is None or str(func.attrs[ANCHOR_ATTR]) != family:
                 continue
-            if any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in composite_nodes(func)):
-                continue
-            dense = func.body.blocks[0].bindings[0].value
-            weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
-            rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
-            if (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
-                    and all(isinstance(r, int) for r in rows) and math.prod(rows) <= max_rows):
-                found.append(binding.var)
-    return found
+            if not any(nodes[i].name in exclude or nodes[i].op_type in exclude for i in composite_nodes(func)):
+                yield binding, func
 
 
 def _int8_conv(conv: relax.Call) -> bool:
