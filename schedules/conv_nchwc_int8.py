@@ -1,6 +1,7 @@
 """int8 NCHW{c}c convolution (`tvm_fuse.compute.conv_nchwc_int8`): the fp32 kernel's register
-tile (`width_tile` pixels x `channel_tile` output blocks of 16 s32 accumulators), with each
-step a 16 x 4 u8 x s8 dot product tensorized as VNNI's `vpdpbusd`, or on AVX-512 without VNNI
+tile (`width_tile` pixels x `channel_tile` output blocks of 16 s32 accumulators, or 8 in a
+ymm register for blocks of 8), with each step a 16 x 4 (8 x 4) u8 x s8 dot product
+tensorized as VNNI's `vpdpbusd`, or on AVX-512 without VNNI
 as `vpmaddubsw` + `vpmaddwd` (whose int16 sums the weights' 7-bit range keeps from
 saturating, see `tvm_fuse.quantization.weights`), as the compute's block asks."""
 
@@ -13,7 +14,7 @@ from tvm import s_tir
 from ..compute.conv_nchwc_int8 import DOT_PRODUCT_ATTR
 from .common import accumulate_in_registers, divisor, static_extent, store_tile
 from .conv_nchwc import default_register_tile, register_tiles
-from .intrinsics import AVX512_DOT, VNNI_DOT
+from .intrinsics import dot_product
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs |
     sch.parallel(sch.fuse(n, chunk_out, y))
     write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)
     vnni = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vnni")) == "vnni"
-    sch.tensorize(lane, VNNI_DOT if vnni else AVX512_DOT)
+    sch.tensorize(lane, dot_product(static_extent(sch.get(lane).extent), vnni))
     store_tile(sch, write_back, epilogue, x_out, lanes, unroll=True)
 
 

@@ -29,16 +29,18 @@ def _reference(data, weight, stride, pad, zero_point):
 
 @pytest.mark.parametrize("vnni", [pytest.param(True, marks=pytest.mark.vnni),
                                   pytest.param(False, marks=pytest.mark.avx512)])
-@pytest.mark.parametrize("channels, kernel, stride, pad, zero_point",
-                         [(32, 3, 1, 1, 0), (16, 3, 2, 1, 128), (32, 1, 1, 0, 7)])
-def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point):
+@pytest.mark.parametrize("channels, kernel, stride, pad, zero_point, out_block",
+                         [(32, 3, 1, 1, 0, 16), (16, 3, 2, 1, 128, 16), (32, 1, 1, 0, 7, 16), (32, 1, 1, 0, 7, 8),
+                          (16, 3, 1, 1, 3, 8)])
+def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out_block):
+    """Output channels in blocks of 16 (zmm accumulators) or of 8 (ymm, as 24-channel layers)."""
     rng = np.random.default_rng(0)
     size, out_channels, block = 10, 32, 16
     limit = 127 if vnni else 63  # without VNNI, 7-bit weights keep vpmaddubsw's int16 sums exact
     data = rng.integers(0, 256, (1, channels, size, size), dtype=np.uint8)
     weight = rng.integers(-limit, limit + 1, (out_channels, channels, kernel, kernel), dtype=np.int8)
     blocked_data = data.reshape(1, channels // block, block, size, size).transpose(0, 1, 3, 4, 2)
-    blocked_weight = weight.reshape(out_channels // block, block, channels // block, block, kernel, kernel)
+    blocked_weight = weight.reshape(out_channels // out_block, out_block, channels // block, block, kernel, kernel)
     packed = pack_vnni(blocked_weight.transpose(0, 2, 4, 5, 3, 1))
 
     data_t = te.placeholder(blocked_data.shape, "uint8", name="data")
@@ -52,4 +54,5 @@ def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point):
     out = tvm.runtime.tensor(np.zeros([int(d) for d in out_t.shape], np.int32))
     kernel_fn["main"](*args, out)
     ours = out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, out_channels, *out.shape[2:4])
+    assert out.shape[-1] == out_block
     np.testing.assert_array_equal(ours, _reference(data, weight, stride, pad, zero_point))

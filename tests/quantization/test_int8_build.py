@@ -134,12 +134,14 @@ def test_the_image_conv_and_max_pool_run_in_int8(pool_scale):
 
 
 @pytest.mark.vnni
-def test_mobilenets_block_runs_its_pointwise_convs_in_int8():
-    """MobileNetV2's block: the expand and project convs run in int8, the depthwise conv
-    between them in fp32 (see docs/int8.md) writing the project conv's u8 codes itself (no
-    quantize kernel of its own), and the result stays close to fp32."""
-    model = inverted_residual()
-    samples = np.random.default_rng(4).standard_normal((8, 16, 16, 16)).astype(np.float32)
+@pytest.mark.parametrize("channels", [16, 24])
+def test_mobilenets_block_runs_its_pointwise_convs_in_int8(channels):
+    """MobileNetV2's block: the expand and project convs run in int8 (with 24 channels, in
+    blocks of 8), the depthwise conv between them in fp32 (see docs/int8.md) writing the
+    project conv's u8 codes itself (no quantize kernel of its own), and the result stays
+    close to fp32."""
+    model = inverted_residual(channels)
+    samples = np.random.default_rng(4).standard_normal((8, channels, 16, 16)).astype(np.float32)
     table = tvm_fuse.quantize(model, samples, method="minmax")
     int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
     assert sorted(_int8_patterns(int8)) == ["conv2d+clip", "conv2d+sum"]

@@ -13,6 +13,7 @@ from .conv import sliding_window
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
 OUT_BLOCK = 16  # s32 lanes of a zmm register
+INT8_OUT_BLOCKS = (OUT_BLOCK, 8)  # output blocks the kernel takes: zmm or ymm accumulators
 DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: "vnni" (vpdpbusd) or "avx512"
 
 

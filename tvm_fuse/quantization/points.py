@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
-from ..compute.conv_nchwc_int8 import OUT_BLOCK
+from ..compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
 from ..patterns.table import ANCHOR_ATTR, composite_nodes
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
@@ -64,7 +64,7 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
 def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[relax.Var, str],
                       exclude: Collection[str] = ()) -> list[QuantizableConv]:
     """The conv kernels of `main` (composites of the fusion table) an int8 kernel can compute:
-    a dense (ungrouped) conv with constant weights, output blocks of 16, and no node in
+    a dense (ungrouped) conv with constant weights, output blocks of 16 or 8, and no node in
     `exclude` by name or op type. (Input blocks that are not a multiple of 4, as the image's 3
     channels, are padded when quantized.) `names`: `tensor_names(mod, model)`."""
     found = []
@@ -117,7 +117,7 @@ def _int8_conv(conv: relax.Call) -> bool:
     data_block = _BLOCKED.fullmatch(str(attrs.data_layout))
     out_block = _BLOCKED.fullmatch(str(attrs.out_layout))
     return (conv.op.name == "relax.nn.conv2d" and int(attrs.groups) == 1 and data_block is not None
-            and out_block is not None and int(out_block.group(1)) == OUT_BLOCK and conv.args[0].ty.dtype == "float32")
+            and out_block is not None and int(out_block.group(1)) in INT8_OUT_BLOCKS and conv.args[0].ty.dtype == "float32")
 
 
 def composite_of(mod: tvm.IRModule, value) -> relax.Function | None:
