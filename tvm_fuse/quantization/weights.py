@@ -15,14 +15,8 @@ S7_MAX = 63
 def quantize_blocked_weight(weight: np.ndarray, limit: int, per_channel: bool = True
                             ) -> tuple[np.ndarray, np.ndarray]:
     """OIHW{i}i{o}o fp32 -> (the s8 codes in the same layout, the scales as (O/o, o)), a scale
-    per output channel or one for all. A channel of zeros gets scale 1 (its codes are zero
-    either way)."""
-    peak = np.abs(weight).max(axis=(1, 2, 3, 4))  # (O/o, o)
-    if not per_channel:
-        peak = np.full_like(peak, peak.max())
-    scale = np.where(peak > 0, peak / limit, 1.0).astype(np.float32)
-    codes = np.clip(np.rint(weight / scale[:, None, None, None, None, :]), -limit, limit).astype(np.int8)
-    return codes, scale
+    per output channel or one for all."""
+    return _symmetric(weight, (1, 2, 3, 4), limit, per_channel)
 
 
 def pack_vnni(codes: np.ndarray) -> np.ndarray:
@@ -35,9 +29,17 @@ def pack_vnni(codes: np.ndarray) -> np.ndarray:
 
 def quantize_dense_weight(weight: np.ndarray, per_channel: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """[K, N] fp32 -> (the s8 codes [K, N], the scales [N]), a scale per output column or one for
-    all. A column of zeros gets scale 1."""
-    peak = np.abs(weight).max(axis=0)
+    all."""
+    return _symmetric(weight, (0,), S8_MAX, per_channel)
+
+
+def _symmetric(weight: np.ndarray, axes: tuple, limit: int, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(codes in [-limit, limit], scales): a scale per output channel (the entries left after
+    reducing `axes`) or one for all. A channel of zeros gets scale 1 (its codes are zero
+    either way)."""
+    peak = np.abs(weight).max(axis=axes, keepdims=True)
     if not per_channel:
         peak = np.full_like(peak, peak.max())
-    scale = np.where(peak > 0, peak / S8_MAX, 1.0).astype(np.float32)
-    return np.clip(np.rint(weight / scale), -S8_MAX, S8_MAX).astype(np.int8), scale
+    scale = np.where(peak > 0, peak / limit, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(weight / scale), -limit, limit).astype(np.int8)
+    return codes, scale.squeeze(axis=axes)
