@@ -14,7 +14,7 @@ from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
 from .patterns.switches import disabled_families
-from .pipeline import finalizing_pipeline, lowered, optimize
+from .pipeline import compile_lowered, lowered, optimize
 from .quantization.config import QuantConfig
 from .quantization.realization import int8_pass
 from .target import isa_features, parse_target, target_string
@@ -71,7 +71,7 @@ def build(
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
         report.kernel_calls = count_kernel_calls(mod)
-        executable = tvm.compile(mod, target=tvm_target, relax_pipeline=finalizing_pipeline(tvm_target))
+        executable = compile_lowered(mod, tvm_target)
     except Exception as error:
         raise CompileError(f"compiling for {target_string(tvm_target)} failed: {error}") from error
     if num_threads is not None:

@@ -4,7 +4,8 @@ Each phase is a function returning named TVM passes, so `PassContext(disabled_pa
 can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `PHASES`, then
 `kernels` (our kernels' schedules, with knobs from the tuning logs where they have a record):
 the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
-`finalize` turns that into what the VM runs.
+`finalize` turns that into what the VM runs, and `compile_lowered` compiles it, its kernels
+lowered by `TIR_PIPELINE`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .transform.align_constant_ranks import AlignConstantRanks
@@ -31,6 +32,7 @@ from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
+from .transform.stack_local_buffers import StackLocalBuffers
 from .transform.sum_to_add import SumToAdd
 from .tuning.database import TuningDatabase
 
@@ -97,6 +99,17 @@ def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
 
 PHASES = (canonicalize, layout, fuse)
 
+TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a kernel of ours
+
+
+def _tir_pipeline():
+    """TVM's TIR lowering, with `StackLocalBuffers` before the host's LowerTVMBuiltin."""
+    lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), finalize_host()]), finalize_device
+
+
+tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
+
 
 def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.Target) -> tvm.transform.Pass:
     sequential = tvm.transform.Sequential(passes, name=name)
@@ -123,6 +136,7 @@ def lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     return _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
 
 
-def finalizing_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """`finalize` as one pass for `tvm.compile(lowered(mod), relax_pipeline=...)`."""
-    return _in_target("tvm_fuse.finalize", finalize(target), target)
+def compile_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.relax.VMExecutable:
+    """The VM executable of `lowered(mod)`: `finalize`, then every kernel to machine code."""
+    finalizing = _in_target("tvm_fuse.finalize", finalize(target), target)
+    return tvm.compile(mod, target=target, relax_pipeline=finalizing, tir_pipeline=TIR_PIPELINE)

@@ -10,6 +10,7 @@ from tvm_fuse.schedules import KNOBS_ATTR, apply
 
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.quantization.weights import pack_vnni
+from tvm_fuse.pipeline import TIR_PIPELINE
 
 TARGETS = {True: "cascadelake", False: "skylake-avx512"}
 
@@ -49,7 +50,7 @@ def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out
     func = apply(te.create_prim_func([data_t, weight_t, out_t]), 16)
     assert func.attrs[KNOBS_ATTR] == "default"  # scheduled (tensorized) by its rule
     target = tvm.target.Target({"kind": "llvm", "mcpu": TARGETS[vnni]})
-    kernel_fn = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    kernel_fn = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=TIR_PIPELINE)
     args = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in (blocked_data, packed)]
     out = tvm.runtime.tensor(np.zeros([int(d) for d in out_t.shape], np.int32))
     kernel_fn["main"](*args, out)

@@ -16,6 +16,7 @@ from tvm_fuse.compute.winograd_nchwc import (
 )
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.apply_schedules import vector_lanes
+from tvm_fuse.pipeline import TIR_PIPELINE
 
 
 def _direct(x: np.ndarray, w: np.ndarray, padding) -> np.ndarray:
@@ -49,7 +50,7 @@ def test_winograd_equals_the_direct_conv(tile, shape, padding):
     out = topi.nn.relu(conv2d_winograd_nchwc(data, weight, padding, tile))
     target = parse_target(None)
     scheduled = schedules.apply(te.create_prim_func([data, weight, out]), vector_lanes(target))
-    kernel = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+    kernel = tvm.compile(tvm.IRModule({"main": scheduled}), target=target, tir_pipeline=TIR_PIPELINE)
     result = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], "float32"))
     kernel["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(transformed), result)
     expected = np.maximum(_direct(x, w, padding), 0)

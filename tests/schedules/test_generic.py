@@ -8,7 +8,7 @@ from tvm import relax, te, topi
 from tvm_fuse.schedules import generic
 
 from tests.transform.relax_modules import module
-from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
+from tvm_fuse.pipeline import TIR_PIPELINE, compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 
 
@@ -29,7 +29,8 @@ def test_a_pooling_kernel_is_parallel_and_still_correct():
     target = parse_target("llvm")
     func = generic.schedule(_func(x, pooled), target, 16)
     assert "T.parallel" in func.script()
-    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
+                         tir_pipeline=TIR_PIPELINE)
     data = np.random.default_rng(0).standard_normal((1, 4, 16, 16, 16)).astype("float32")
     out = tvm.runtime.tensor(np.zeros((1, 4, 8, 8, 16), "float32"))
     kernel(tvm.runtime.tensor(data), out)
@@ -45,7 +46,7 @@ def test_softmax_runs_as_the_fast_approximation_within_fp32_noise():
     target = parse_target("llvm")
     kernels = lowered(optimize(mod, target), target)
     assert [gv.name_hint for gv, f in kernels.functions_items() if isinstance(f, tvm.tirx.PrimFunc)] == ["fast_softmax"]
-    executable = tvm.compile(kernels, target=target, relax_pipeline=finalizing_pipeline(target))
+    executable = compile_lowered(kernels, target)
     x = np.random.default_rng(0).uniform(-20, 20, (4, 128)).astype("float32")
     out = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     expected = np.exp(x - x.max(-1, keepdims=True))

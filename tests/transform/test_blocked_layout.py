@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
+from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.blocked_layout import BlockedLayout
 
@@ -45,7 +45,7 @@ def _run(mod, x, pipeline: bool):
     target = parse_target("llvm -mcpu=skylake-avx512")
     if pipeline:
         mod = lowered(optimize(mod, target), target)
-        executable = tvm.compile(mod, target=target, relax_pipeline=finalizing_pipeline(target))
+        executable = compile_lowered(mod, target)
     else:
         executable = tvm.compile(mod, target=target)
     return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()

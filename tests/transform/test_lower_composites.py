@@ -11,7 +11,7 @@ from tests.patterns.chains import chain
 from tests.transform.relax_modules import module, run
 from tvm_fuse import provenance
 from tvm_fuse.patterns.table import PATTERN_ATTR
-from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
+from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.fuse_patterns import FusePatterns
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH, LowerComposites
@@ -38,7 +38,7 @@ def test_a_composite_becomes_one_opaque_kernel_that_records_its_nodes():
 
 
 def _run(mod, target, inputs):
-    executable = tvm.compile(lowered(mod, target), target=target, relax_pipeline=finalizing_pipeline(target))
+    executable = compile_lowered(lowered(mod, target), target)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
     return out.numpy()

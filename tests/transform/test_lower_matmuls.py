@@ -7,7 +7,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_fuse.pipeline import finalizing_pipeline, lowered, optimize
+from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.lower_matmuls import KERNEL_ATTR, LowerMatmuls
 
@@ -33,6 +33,6 @@ def test_run_time_products_become_our_kernel_and_match_tvm(x_shape, y_shape):
     inputs = [tvm.runtime.tensor(rng.standard_normal(s).astype("float32")) for s in (x_shape, y_shape)]
     target = parse_target("llvm")
     reference = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())["main"](*inputs).numpy()
-    ours = tvm.compile(lowered(optimize(mod, target), target), target=target, relax_pipeline=finalizing_pipeline(target))
+    ours = compile_lowered(lowered(optimize(mod, target), target), target)
     result = relax.VirtualMachine(ours, tvm.cpu())["main"](*inputs).numpy()
     np.testing.assert_allclose(result, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())

@@ -11,7 +11,7 @@ from tvm import relax
 from ..errors import CompileError, InputError
 from ..frontend import relax_module
 from ..frontend.importer import graph_inputs
-from ..pipeline import finalizing_pipeline, lowered, optimize
+from ..pipeline import compile_lowered, lowered, optimize
 from ..target import parse_target, target_string
 from ..transform.expose_tensors import ExposeTensors
 from .calibration_data import calibration_feeds
@@ -51,7 +51,7 @@ def calibrate(model, config: QuantConfig, target=None, input_shapes=None) -> Cal
     exposed: list[str] = []
     try:
         mod = lowered(optimize(mod, tvm_target, int8=ExposeTensors(onnx_model, config.exclude, exposed)), tvm_target)
-        executable = tvm.compile(mod, target=tvm_target, relax_pipeline=finalizing_pipeline(tvm_target))
+        executable = compile_lowered(mod, tvm_target)
     except Exception as error:
         raise CompileError(f"compiling the calibration model for {target_string(tvm_target)} failed: {error}") from error
     machine = relax.VirtualMachine(executable, tvm.cpu())
