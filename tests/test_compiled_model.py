@@ -1,6 +1,7 @@
 """CompiledModel: the ONNX Runtime-style session API, input checks, export and load."""
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -81,6 +82,47 @@ def test_lists_and_non_contiguous_arrays_are_accepted(dynamic):
     np.testing.assert_array_equal(dynamic.run(None, {"x": x.tolist()})[0], expected)
     strided = np.asfortranarray(x)
     np.testing.assert_array_equal(dynamic.run(None, {"x": strided})[0], expected)
+
+
+def _placed(x: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `x` whose data starts `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(x.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    placed = raw[start:start + x.nbytes].view(x.dtype).reshape(x.shape)
+    placed[...] = x
+    return placed
+
+
+def test_aligned_unaligned_and_read_only_inputs_give_the_same_outputs(dynamic):
+    """Aligned inputs are passed without a copy, others through a buffer reused across runs."""
+    for batch in (3, 5, 3):  # a new batch size needs a new buffer
+        x = _x(batch)
+        expected = np.maximum(x @ (np.arange(16, dtype=np.float32).reshape(4, 4) / 16), 0)
+        read_only = _placed(x, 0)
+        read_only.flags.writeable = False
+        for feed in (_placed(x, 0), _placed(x, 4), read_only):
+            np.testing.assert_allclose(dynamic.run(None, {"x": feed})[0], expected, rtol=1e-5, atol=1e-5)
+        assert np.array_equal(read_only, x)
+
+
+def test_threads_can_run_one_model_at_once(dynamic):
+    """As an ONNX Runtime session: each thread gets its own VM (one VM shared segfaulted)."""
+    feeds = [{"x": _x(batch)} for batch in (1, 2, 5, 8)]
+    expected = [dynamic.run(None, feed)[0] for feed in feeds]
+    failures = []
+
+    def work(start):
+        for step in range(200):
+            index = (start + step) % len(feeds)
+            if not np.array_equal(dynamic.run(None, feeds[index])[0], expected[index]):
+                failures.append(index)
+
+    threads = [threading.Thread(target=work, args=(start,)) for start in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
 
 
 def test_static_input_shapes_reject_other_batches():

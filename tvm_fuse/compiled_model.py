@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from .explain import FusionReport
 from .feed import check_feed, output_indices
 from .frontend.importer import TensorInfo
 from .target import missing_host_features
+
+
+TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
 
 
 def set_num_threads(count: int) -> None:
@@ -41,7 +45,9 @@ class CompiledModel:
         self._outputs: list[TensorInfo] = list(outputs)
         self.target = target
         self.features = frozenset(features)  # ISA features the code may use
-        self._vm = None
+        # A VM runs one call at a time: each thread that runs the model gets its own, and its
+        # own input buffers.
+        self._per_thread = threading.local()
 
     # -- signature -------------------------------------------------------------------------
     def get_inputs(self) -> list[TensorInfo]:
@@ -54,7 +60,8 @@ class CompiledModel:
 
     # -- running ---------------------------------------------------------------------------
     def _machine(self) -> relax.VirtualMachine:
-        if self._vm is None:
+        machine = getattr(self._per_thread, "machine", None)
+        if machine is None:
             missing = missing_host_features(self.features)
             if missing:
                 # Running would die on an illegal instruction: refuse with a reason instead.
@@ -62,17 +69,35 @@ class CompiledModel:
                     f"this model was compiled for '{self.target}', which uses {sorted(missing)}; "
                     "this CPU lacks them. Build with target='native' to run here."
                 )
-            self._vm = relax.VirtualMachine(self._library, tvm.cpu())
-        return self._vm
+            machine = self._per_thread.machine = relax.VirtualMachine(self._library, tvm.cpu())
+        return machine
+
+    def _device_inputs(self, arrays: list[np.ndarray]) -> list[tvm.runtime.Tensor]:
+        """The inputs as TVM tensors without a fresh allocation per run: an array aligned as
+        TVM's kernels assume is passed as it is, any other is copied into this thread's
+        buffer for that input (numpy's copy; TVM's `tensor()` allocated, and took several
+        times as long right after a run)."""
+        buffers = self._per_thread.__dict__.setdefault("inputs", {})
+        tensors = []
+        for index, array in enumerate(arrays):
+            if array.ctypes.data % TVM_ALIGNMENT == 0 and array.flags.writeable:  # DLPack has no read-only
+                tensors.append(tvm.runtime.from_dlpack(array))
+                continue
+            tensor, view = buffers.get(index, (None, None))
+            if view is None or view.shape != array.shape or view.dtype != array.dtype:
+                tensor = tvm.runtime.empty(array.shape, str(array.dtype))
+                view = np.from_dlpack(tensor)
+                buffers[index] = tensor, view
+            np.copyto(view, array)
+            tensors.append(tensor)
+        return tensors
 
     def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
         """Run the model on `input_feed` (name -> array); return the outputs named in
-        `output_names` (None: all), as numpy arrays."""
+        `output_names` (None: all), as numpy arrays. Threads may run one model at once."""
         del run_options  # accepted for ONNX Runtime compatibility
         wanted = output_indices(self._outputs, output_names)
-        arrays = check_feed(self._inputs, input_feed)
-        device = tvm.cpu()
-        result = self._machine()["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+        result = self._machine()["main"](*self._device_inputs(check_feed(self._inputs, input_feed)))
         results = list(result) if len(self._outputs) > 1 else [result]
         return [results[i].numpy() for i in wanted]
 
