@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax, te, topi
 from tvm_fuse.schedules import generic
@@ -23,19 +24,32 @@ def test_an_elementwise_kernel_is_parallel_and_vectorized():
     assert "T.parallel" in text and "T.vectorized" in text
 
 
-def test_a_pooling_kernel_is_parallel_and_still_correct():
-    x = te.placeholder((1, 4, 16, 16, 16), name="x")
-    pooled = topi.nn.pool2d(x, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), "max", layout="NCHW16c")
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_a_blocked_pooling_kernel_is_parallel_vectorized_and_exact(dtype):
+    """A 3x3 stride-2 max-pool with padding, as ResNet's: one vector of lanes per window tap,
+    the padding read in place (no padded copy)."""
+    x = te.placeholder((1, 4, 16, 16, 16), dtype, name="x")
+    pooled = topi.nn.pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), "max", layout="NCHW16c")
     target = parse_target("llvm")
     func = generic.schedule(_func(x, pooled), target, 16)
-    assert "T.parallel" in func.script()
+    text = func.script()
+    assert "T.parallel" in text and "T.vectorized(16)" in text and "pad_temp" not in text
     kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
                          tir_pipeline=TIR_PIPELINE)
-    data = np.random.default_rng(0).standard_normal((1, 4, 16, 16, 16)).astype("float32")
-    out = tvm.runtime.tensor(np.zeros((1, 4, 8, 8, 16), "float32"))
+    data = np.random.default_rng(0).integers(0, 256, (1, 4, 16, 16, 16)).astype(dtype)
+    out = tvm.runtime.tensor(np.zeros((1, 4, 8, 8, 16), dtype))
     kernel(tvm.runtime.tensor(data), out)
-    expected = data.reshape(1, 4, 8, 2, 8, 2, 16).max(axis=(3, 5))
-    np.testing.assert_array_equal(out.numpy(), expected)
+    low = np.finfo(dtype).min if dtype == "float32" else 0
+    padded = np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1), (0, 0)), constant_values=low)
+    windows = [padded[:, :, dy:dy + 16:2, dx:dx + 16:2] for dy in range(3) for dx in range(3)]
+    np.testing.assert_array_equal(out.numpy(), np.max(windows, axis=0))
+
+
+def test_a_reduction_along_the_innermost_axis_keeps_its_loop_order():
+    """A row sum (as in softmax or a norm) is no pooling window: its rows are not vectors."""
+    x = te.placeholder((16, 16), name="x")
+    func = generic.schedule(_func(x, topi.sum(x, axis=1)), parse_target("llvm"), 16)
+    assert "T.vectorized" not in func.script()
 
 
 def test_softmax_runs_as_the_fast_approximation_within_fp32_noise():
