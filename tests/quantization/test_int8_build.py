@@ -115,7 +115,8 @@ def _kernel_dtypes(model_proto, table, exclude=()) -> list[tuple[str, str]]:
 @pytest.mark.vnni
 @pytest.mark.parametrize("pool_scale", [None, 2.0])
 def test_the_image_conv_and_max_pool_run_in_int8(pool_scale):
-    """The 3-channel conv reads its input padded to 4 channels (the pad a real zero); the
+    """The 3-channel conv reads its input padded to 4 channels (the pad a real zero),
+    quantized straight from NCHW; the
     max-pool after it works on its u8 codes, so the convs after it (one adding it as the
     residual) read them with no rounding, on the scale of the pool's input whatever the
     table gives the pool's output (`pool_scale`: twice it)."""
@@ -129,6 +130,8 @@ def test_the_image_conv_and_max_pool_run_in_int8(pool_scale):
     assert sorted(_int8_patterns(int8)) == ["conv2d+relu", "conv2d+relu", "conv2d+sum+relu"]
     pools = _int8_calls(model, table, "relax.nn.max_pool2d")
     assert [b.value.args[0].ty.dtype for b in pools] == ["uint8"]
+    # The image goes to u8 NCHW4c in one kernel: no fp32 NCHW3c copy of it is made first.
+    assert "x" not in [b.value.args[0].name for b in _int8_calls(model, table, "relax.layout_transform")]
     feed = {"x": samples[:1]}
     assert _worst_error(int8, model, feed) <= 0.03
 

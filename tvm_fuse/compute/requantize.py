@@ -36,23 +36,37 @@ def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
                       name="dequantize")
 
 
+def _code(real, scale: float, zero_point: int):
+    """The u8 code of the real value `real` (an expression), in four vector instructions: one
+    FMA scales it and adds the zero point and the rounding shift (`_ROUNDING_SHIFT`), a min
+    and a max saturate it, and the code is the low byte of its bits (te.round, a clamp and a
+    conversion took seven). Rounds to the nearest code, ties to even, as ONNX QuantizeLinear."""
+    shifted = real * (1.0 / scale) + (_ROUNDING_SHIFT + zero_point)
+    saturated = te.min(te.max(shifted, _ROUNDING_SHIFT), _ROUNDING_SHIFT + U8_MAX)
+    return tirx.reinterpret("int32", saturated).astype("uint8")
+
+
 def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None = None) -> te.Tensor:
-    """Round to the nearest code (ties to even, as ONNX QuantizeLinear) and saturate, in four
-    vector instructions: one FMA scales the value and adds the zero point and the rounding
-    shift (`_ROUNDING_SHIFT`), a min and a max saturate it, and the code is the low byte of
-    its bits (te.round, a clamp and a conversion took seven). `block`: the last axis padded
-    to this many lanes with the code of zero (a 3-channel image made 4-channel for the int8
-    conv's quads)."""
+    """`real` as u8 codes. `block`: the last axis padded to this many lanes with the code of
+    zero (a 3-channel image made 4-channel for the int8 conv's quads)."""
     lanes = real.shape[-1]
-
-    def value(*i):
-        shifted = real(*i) * (1.0 / scale) + (_ROUNDING_SHIFT + zero_point)
-        saturated = te.min(te.max(shifted, _ROUNDING_SHIFT), _ROUNDING_SHIFT + U8_MAX)
-        return tirx.reinterpret("int32", saturated).astype("uint8")
-
     if block is None or block == lanes:
-        return te.compute(real.shape, value, name="quantize")
+        return te.compute(real.shape, lambda *i: _code(real(*i), scale, zero_point), name="quantize")
     return te.compute((*real.shape[:-1], block),
-                      lambda *i: te.if_then_else(i[-1] < lanes, value(*i[:-1], te.min(i[-1], lanes - 1)),
+                      lambda *i: te.if_then_else(i[-1] < lanes, _code(real(*i[:-1], te.min(i[-1], lanes - 1)), scale,
+                                                                      zero_point),
                                                  te.const(zero_point, "uint8")),
                       name="quantize")
+
+
+def quantize_to_blocked(real: te.Tensor, scale: float, zero_point: int, channels: int, block: int) -> te.Tensor:
+    """NCHW real values straight to u8 codes in NCHW{block}c, each run of `channels` channels
+    one block, padded to `block` lanes with the code of zero: a network input's layout change
+    and quantize in one pass over it."""
+    batch, total, height, width = real.shape
+
+    def value(n, chunk, y, x, lane):
+        code = _code(real[n, chunk * channels + te.min(lane, channels - 1), y, x], scale, zero_point)
+        return te.if_then_else(lane < channels, code, te.const(zero_point, "uint8"))
+
+    return te.compute((batch, total // channels, height, width, block), value, name="quantize")

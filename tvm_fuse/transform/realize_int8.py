@@ -81,6 +81,7 @@ class _Realizer(PyExprMutator):
         self.vnni = vnni
         self.per_channel = per_channel
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
+        self.values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.codes and binding.var not in self.convs:
@@ -154,13 +155,22 @@ class _Realizer(PyExprMutator):
 
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
         """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),
-        its channel block padded to whole quads (the image's 3 channels to 4)."""
+        its channel block padded to whole quads (the image's 3 channels to 4). A tensor that
+        is only an NCHW tensor made blocked (the network's input) is quantized from the NCHW
+        tensor, in one pass that also blocks it."""
         if value.ty.dtype == "uint8":
             return value
         if original not in self.quantized:
             block = -(-int(value.ty.shape[-1]) // QUAD) * QUAD
-            self.quantized[original] = self.builder_.emit(self.builder_.call_te(
-                requantize.quantize, value, scale.scale, scale.zero_point, block, primfunc_name_hint="quantize"))
+            source = _blocked_from_nchw(self.values.get(original))
+            if source is not None:
+                call = self.builder_.call_te(requantize.quantize_to_blocked, self.visit_expr(source), scale.scale,
+                                             scale.zero_point, int(value.ty.shape[-1]), block,
+                                             primfunc_name_hint="quantize")
+            else:
+                call = self.builder_.call_te(requantize.quantize, value, scale.scale, scale.zero_point, block,
+                                             primfunc_name_hint="quantize")
+            self.quantized[original] = self.builder_.emit(call)
         return self.quantized[original]
 
     def _weights(self, weight: np.ndarray, data: TensorScale, data_block: int):
@@ -205,6 +215,19 @@ def _quantized(real, func: relax.Function, output: TensorScale):
     if output.zero_point == 0 and _op_name(func.body.blocks[0].bindings[-1].value) == "relax.nn.relu":
         real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
     return requantize.quantize(real, output.scale, output.zero_point)
+
+
+def _blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
+    """x if `value` is layout_transform(x) from NCHW to NCHW{c}c without padding, else None."""
+    if _op_name(value) != "relax.layout_transform" or value.attrs.pad_value is not None:
+        return None
+    source = value.args[0]
+    if source.ty.ndim != 4 or value.ty.ndim != 5:
+        return None
+    channels = int(value.ty.shape[-1])
+    channel = 2 * channels + 1  # a probe whose block and lane differ from every other index
+    blocked = [int(i) for i in value.attrs.index_map.map_indices([0, channel, 5, 7])]
+    return source if blocked == [0, channel // channels, 5, 7, channel % channels] else None
 
 
 def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
