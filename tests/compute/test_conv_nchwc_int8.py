@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import te
+from tvm import s_tir, te
 from tvm_fuse.schedules import KNOBS_ATTR, apply
+from tvm_fuse.schedules.common import anchor_block
+from tvm_fuse.schedules.conv_nchwc_int8 import default_knobs
 
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.quantization.weights import pack_vnni
@@ -30,13 +32,18 @@ def _reference(data, weight, stride, pad, zero_point):
 
 @pytest.mark.parametrize("vnni", [pytest.param(True, marks=pytest.mark.vnni),
                                   pytest.param(False, marks=pytest.mark.avx512)])
-@pytest.mark.parametrize("channels, kernel, stride, pad, zero_point, out_block",
-                         [(32, 3, 1, 1, 0, 16), (16, 3, 2, 1, 128, 16), (32, 1, 1, 0, 7, 16), (32, 1, 1, 0, 7, 8),
-                          (16, 3, 1, 1, 3, 8)])
-def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out_block):
-    """Output channels in blocks of 16 (zmm accumulators) or of 8 (ymm, as 24-channel layers)."""
+@pytest.mark.parametrize("channels, kernel, stride, pad, zero_point, out_block, size, out_channels, tile",
+                         [(32, 3, 1, 1, 0, 16, 10, 32, None), (16, 3, 2, 1, 128, 16, 10, 32, None),
+                          (32, 1, 1, 0, 7, 16, 10, 32, None), (32, 1, 1, 0, 7, 8, 10, 32, None),
+                          (16, 3, 1, 1, 3, 8, 10, 32, None),
+                          (512, 1, 1, 0, 0, 16, 28, 64, (14, 2)),  # 32 KB of weights per 4 x 4 tile
+                          (128, 3, 2, 1, 0, 16, 56, 64, (14, 2)),  # strided
+                          (64, 3, 1, 1, 0, 16, 28, 64, (4, 4))])  # stride 1: rows shared by taps
+def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out_block, size, out_channels, tile):
+    """Output channels in blocks of 16 (zmm accumulators) or of 8 (ymm, as 24-channel layers);
+    `tile`: the default register tile (width x channel blocks) expected, where it matters."""
     rng = np.random.default_rng(0)
-    size, out_channels, block = 10, 32, 16
+    block = 16
     limit = 127 if vnni else 63  # without VNNI, 7-bit weights keep vpmaddubsw's int16 sums exact
     data = rng.integers(0, 256, (1, channels, size, size), dtype=np.uint8)
     weight = rng.integers(-limit, limit + 1, (out_channels, channels, kernel, kernel), dtype=np.int8)
@@ -48,6 +55,10 @@ def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out
     weight_t = te.placeholder(packed.shape, "int8", name="weight")
     out_t = conv2d_nchwc_int8(data_t, weight_t, (stride, stride), (pad,) * 4, (1, 1), zero_point, vnni)
     func = apply(te.create_prim_func([data_t, weight_t, out_t]), 16)
+    if tile is not None:
+        sch = s_tir.Schedule(te.create_prim_func([data_t, weight_t, out_t]))
+        knobs = default_knobs(sch, anchor_block(sch)[0], 16)
+        assert (knobs.width_tile, knobs.channel_tile) == tile
     assert func.attrs[KNOBS_ATTR] == "default"  # scheduled (tensorized) by its rule
     target = tvm.target.Target({"kind": "llvm", "mcpu": TARGETS[vnni]})
     kernel_fn = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=TIR_PIPELINE)
