@@ -3,6 +3,7 @@ TVM's VM calls an instrument before and after every kernel call, and the median 
 each call's wall time is reported, grouped by kernel.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
+    python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
 
 Python's clock around each call adds a few microseconds to every figure.
 """
@@ -14,10 +15,13 @@ import time
 from collections import defaultdict
 
 import numpy as np
+import onnx
 import tvm
+from models import CALIBRATION_SEED
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
+from tvm_fuse.frontend.importer import graph_inputs
 from tvm_fuse.models import named_model
 
 
@@ -56,9 +60,16 @@ def main() -> None:
     parser.add_argument("model", help="a named model (resnet50, mobilenet_v2, ...) or an .onnx path")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")
+    parser.add_argument("--int8", action="store_true",
+                        help="build in int8, calibrated (entropy) on 16 random batches as bench/models.py --int8")
     args = parser.parse_args()
-    source = args.model if args.model.endswith(".onnx") else named_model(args.model)
-    times = kernel_times(tvm_fuse.build(source), args.runs)
+    source = onnx.load(args.model) if args.model.endswith(".onnx") else named_model(args.model)
+    quantize = None
+    if args.int8:
+        inputs = graph_inputs(source)
+        samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
+        quantize = tvm_fuse.QuantConfig(calibration=samples)
+    times = kernel_times(tvm_fuse.build(source, quantize=quantize), args.runs)
     total = sum(sum(t) for t in times.values())
     print(f"{args.model}: kernels sum to {total:.2f} ms per run")
     print(f"{'total ms':>9} {'share':>6} {'calls':>5} {'ms/call':>8}  kernel")

@@ -155,9 +155,9 @@ class _Realizer(PyExprMutator):
 
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
         """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),
-        its channel block padded to whole quads (the image's 3 channels to 4). A tensor that
-        is only an NCHW tensor made blocked (the network's input) is quantized from the NCHW
-        tensor, in one pass that also blocks it."""
+        its channel block padded to whole quads (the image's 3 channels to 4). The blocked
+        copy of an NCHW tensor (the network's input) is quantized from the NCHW tensor itself,
+        in one pass that also blocks it."""
         if value.ty.dtype == "uint8":
             return value
         if original not in self.quantized:

@@ -20,7 +20,7 @@ STACK_LIMIT_BYTES = 8192  # a few register files' worth; larger buffers stay wor
 _DISABLE_LOWER_BUILTIN = "disable_lower_builtin"  # TVM's kDisableLowerTVMBuiltin
 
 
-def allocation_bytes(buffer: tirx.Buffer) -> int | None:
+def _allocation_bytes(buffer: tirx.Buffer) -> int | None:
     """The buffer's size in bytes, None if its shape is not constant."""
     if not all(isinstance(extent, tirx.IntImm) for extent in buffer.shape):
         return None
@@ -29,7 +29,7 @@ def allocation_bytes(buffer: tirx.Buffer) -> int | None:
 
 
 def _on_stack(alloc: tirx.AllocBuffer) -> tirx.AllocBuffer:
-    size = allocation_bytes(alloc.buffer)
+    size = _allocation_bytes(alloc.buffer)
     if alloc.buffer.scope() != "local" or size is None or size > STACK_LIMIT_BYTES:
         return alloc
     annotations = {**alloc.annotations, _DISABLE_LOWER_BUILTIN: tirx.IntImm("bool", 1)}
