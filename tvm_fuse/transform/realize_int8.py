@@ -76,12 +76,12 @@ class _Realizer(PyExprMutator):
         self.mod = mod
         self.convs = {c.var: c for c in convs}
         self.denses = set(denses)
-        self.codes = _u8_plan(mod, self.convs, table, names)
+        self.values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+        self.codes = _u8_plan(mod, self.values, self.convs, table, names)
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
-        self.values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.codes and binding.var not in self.convs:
@@ -239,17 +239,15 @@ def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
     return _op_name(anchor) == "relax.nn.conv2d" and int(anchor.attrs.groups) > 1
 
 
-def _u8_plan(mod: tvm.IRModule, convs: dict[relax.Var, QuantizableConv], table: CalibrationTable,
-             names: dict[relax.Var, str]) -> dict[relax.Var, TensorScale]:
+def _u8_plan(mod: tvm.IRModule, values: dict[relax.Var, relax.Expr], convs: dict[relax.Var, QuantizableConv],
+             table: CalibrationTable, names: dict[relax.Var, str]) -> dict[relax.Var, TensorScale]:
     """The variables that hold u8 codes, and their scale: the output of an int8 conv whose
     readers all take codes, and of the ops between int8 convs that can pass codes along. A
     max-pool commutes with rounding to a grid, so it keeps its input's scale. A channel
     concat of int8 convs read by nothing else takes its own scale, which its inputs write
     their codes on (oneDNN's way: no requantizing). A depthwise conv read only by int8
-    kernels writes codes on its output's scale."""
-    main = mod["main"]
-    read_by = readers(main)
-    values = {b.var: b.value for block in main.body.blocks for b in block.bindings}
+    kernels writes codes on its output's scale. `values`: each binding of `main`'s value."""
+    read_by = readers(mod["main"])
 
     def sources(var: relax.Var) -> list:
         return list(values[var].args[0].fields) if _op_name(values.get(var)) == "relax.concat" else []
