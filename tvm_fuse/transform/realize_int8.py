@@ -8,7 +8,8 @@ with a u8 residual dequantized on the fly), and the result quantized back to u8.
 of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
 Dense layers with few rows (a CNN's classifier at small batch) keep fp32 data and arithmetic
-but read s8 weights, with a scale per output column: they are bound by reading their weights.
+but read s8 weights, with a scale per output column: fp32 weights made them bound by reading
+their weights.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
