@@ -37,7 +37,7 @@ from tvm_fuse.compare import (
     top1_agreement,
 )
 from tvm_fuse.flops import model_flops
-from tvm_fuse.models import LIGHT_MODELS, named_model
+from tvm_fuse.models import named_model
 from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_int8_model
 from tvm_fuse.peak import measure_peak
 from tvm_fuse.quantization.config import METHODS
@@ -45,7 +45,6 @@ from tvm_fuse.target import host_cores, host_cpu
 
 CNNS = ["resnet50", "inception_v1", "vgg19", "squeezenet", "densenet121", "mobilenet_v2", "resnet18"]
 MODELS = [*CNNS, "transformer_encoder"]
-FIXED_BATCH = "n/a (fixed batch 1)"
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
@@ -59,9 +58,7 @@ def cpu_model() -> str:
 
 def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
     row = {"model": name, "batch": batch}
-    if name in LIGHT_MODELS and batch != 1:
-        return {**row, "skipped": FIXED_BATCH}  # their ONNX fixes batch 1: nothing to fake
-    onnx_model = named_model(name, batch=batch)  # the built models take a static batch
+    onnx_model = named_model(name, batch=batch)  # static; the light models rebatched from 1
     flops = model_flops(onnx_model)
     model = tvm_fuse.build(onnx_model, tuning_logs=[] if args.untuned else None)
     feed = random_feed(model.get_inputs(), dims={"batch": batch})
@@ -130,9 +127,6 @@ def print_table(rows: list[dict], geomean: float | None) -> None:
             "ours %pk", "ORT %pk")
     print(("{:20}{:>6}" + "{:>12}" * 8).format(*head))
     for r in rows:
-        if "ratio" not in r:
-            print(f"{r['model']:20}{r['batch']:6}  {r['skipped']}")
-            continue
         print(f"{r['model']:20}{r['batch']:6}{r['gflops']:12.2f}{r['tvm_fuse_ms']:12.2f}{r['onnxruntime_ms']:12.2f}"
               f"{r['ratio']:11.2f}x{r['tvm_fuse_gflops_per_s']:12.1f}{r['onnxruntime_gflops_per_s']:12.1f}"
               f"{r['tvm_fuse_pct_peak']:11.1f}%{r['onnxruntime_pct_peak']:11.1f}%")
@@ -145,9 +139,6 @@ def print_int8_table(rows: list[dict]) -> None:
             "ORT8/ours8", "ORT/ours", "top1 ours", "top1 ORT")
     print(("{:20}{:>6}" + "{:>11}" * 10).format(*head))
     for r in rows:
-        if "ratio_int8" not in r:
-            print(f"{r['model']:20}{r['batch']:6}  {r.get('skipped', '')}")
-            continue
         agree = r["top1_agreement"]
         top1 = (f"{100 * agree['tvm_fuse']:10.1f}%{100 * agree['onnxruntime']:10.1f}%" if agree
                 else f"{'n/a':>11}{'n/a':>11}")
@@ -176,7 +167,7 @@ def plot(rows: list[dict], batches: list[int], path: Path) -> None:
         heights = [ratio.get(n, np.nan) for n in names]
         ax.bar_label(ax.bar(xs, heights, width, label=f"batch {batch}"), fmt="%.2f", fontsize=8)
         for x, height in zip(xs, heights):
-            if np.isnan(height):  # skipped (a light model's fixed batch) or not run
+            if np.isnan(height):  # not run
                 ax.text(x, 0.05, "n/a", ha="center", fontsize=8)
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_xlim(-0.5, len(names) - 0.5)  # keep the slots of models with no bar

@@ -39,6 +39,19 @@ def test_dynamic_batch_matches_onnxruntime(dynamic, batch):
     assert_close(dynamic.run(None, feed), ort_outputs(tiny_model(), feed))
 
 
+def test_a_minus_one_dim_is_symbolic_as_in_onnxruntime():
+    """paddle2onnx writes -1 for a dynamic batch: it compiles as dynamic, or input_shapes fixes it."""
+    model = tiny_model(batch=-1)
+    dynamic = tvm_fuse.build(model, AVX512_TARGET)
+    assert dynamic.get_inputs()[0].shape == ("x_dim0", 4)
+    for batch in (1, 5):
+        feed = {"x": _x(batch)}
+        assert_close(dynamic.run(None, feed), ort_outputs(model, feed))
+    fixed = tvm_fuse.build(model, AVX512_TARGET, input_shapes={"x": (3, 4)})
+    assert fixed.get_inputs()[0].shape == (3, 4)
+    assert_close(fixed.run(None, {"x": _x(3)}), ort_outputs(model, {"x": _x(3)}))
+
+
 @settings(max_examples=25, deadline=None)
 @given(x=st.integers(1, 33).flatmap(
     lambda batch: arrays(np.float32, (batch, 4), elements=st.floats(-1e3, 1e3, width=32))))

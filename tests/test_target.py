@@ -2,7 +2,7 @@ import pytest
 import tvm
 
 from tvm_fuse import TargetError, parse_target
-from tvm_fuse.target import host_features, isa_features, target_string
+from tvm_fuse.target import _llvm_reported_features, host_features, isa_class, isa_features, target_string
 
 
 @pytest.mark.parametrize(
@@ -38,6 +38,29 @@ def test_native_target_claims_only_what_the_host_executes(native):
     target = parse_target(native)
     assert isa_features(target) == host_features()
     assert target.export()["num-cores"] >= 1
+
+
+def _amx_host(monkeypatch, os_permits: bool):
+    """This host as one LLVM names `rocketlake` (a hypervisor's CPU model) whose CPUID reports
+    AMX, AVX512-BF16 and AVX512-FP16, with the OS granting AMX or not."""
+    features = {**_llvm_reported_features(), "amx-tile": True, "amx-int8": True, "amx-bf16": True,
+                "avx512bf16": True, "avx512fp16": True, "avx512vnni": True}
+    monkeypatch.setattr("tvm_fuse.target._llvm_reported_features", lambda: features)
+    monkeypatch.setattr("tvm_fuse.target.host_cpu", lambda: "rocketlake")
+    monkeypatch.setattr("tvm_fuse.target.amx_permitted", lambda: os_permits)
+
+
+@pytest.mark.parametrize("os_permits", [True, False])
+def test_native_target_follows_the_features_not_the_cpu_name(monkeypatch, os_permits):
+    _amx_host(monkeypatch, os_permits)
+    target = parse_target("native")
+    assert isa_features(target) == host_features()
+    assert ("amx" in host_features()) == ("amx_bf16" in host_features()) == os_permits
+    assert "avx512_bf16" in host_features()
+    assert isa_class(target) == ("amx" if os_permits else "avx512-vnni")
+    # The brief form (for reports) names what the CPU name leaves out, and nothing turned off.
+    brief = target_string(target, brief=True)
+    assert ("+amx-int8" in brief) == os_permits and "+avx512bf16" in brief and ",-" not in brief
 
 
 def test_string_form_round_trips():

@@ -15,6 +15,7 @@ from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
 from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
+from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
 from .quantization.realization import int8_pass
 from .target import isa_features, parse_target, target_string
@@ -73,7 +74,8 @@ def build(
         report.kernel_calls = count_kernel_calls(mod)
         executable = compile_lowered(mod, tvm_target)
     except Exception as error:
-        raise CompileError(f"compiling for {target_string(tvm_target)} failed: {error}") from error
+        brief = target_string(tvm_target, brief=True)
+        raise CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model)) from error
     if num_threads is not None:
         set_num_threads(num_threads)
     return CompiledModel(

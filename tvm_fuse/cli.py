@@ -220,8 +220,9 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("model", help=_MODEL_HELP)
         sub.add_argument("--target", default="native", help=_TARGET_HELP)
         sub.add_argument("--input-shape", action="append", type=_shape_arg, metavar="NAME=D1,D2,...",
-                         help="static shape for an input with symbolic dims (repeatable)")
-        sub.add_argument("--batch", type=int, default=1, help="batch size for the named built models (default 1)")
+                         help="static shape for an input: its symbolic or -1 dims, and its batch (axis 0) where the "
+                              "graph allows (repeatable)")
+        sub.add_argument("--batch", type=int, default=1, help="batch size for the named models (default 1)")
         sub.add_argument("--disable-fusion", action="append", metavar="FAMILY",
                          help=f"leave a fusion family unfused (repeatable): {', '.join(FAMILIES)}, or all; "
                               "TVM_FUSE_DISABLE_FUSE_<FAMILY>=1 does the same")

@@ -43,6 +43,14 @@ class UnsupportedOpsError(ModelLoadError):
 class CompileError(TvmFuseError):
     """The model was read but could not be imported or compiled."""
 
+    @classmethod
+    def of(cls, error: Exception, doing: str, target: str, nodes: list[str] = ()) -> "CompileError":
+        """The error for `error` raised while `doing` (e.g. "compiling"): cause first, then the
+        ONNX nodes it names, then the target (in its brief form)."""
+        cause = str(error).strip() or type(error).__name__
+        where = f" at ONNX node(s) {', '.join(nodes[:3])}" if nodes else ""
+        return cls(f"{cause}{where} (while {doing} for {target})")
+
 
 class InputError(TvmFuseError, ValueError):
     """A run was fed a wrong, missing or malformed input, or asked for an unknown output."""

@@ -24,6 +24,14 @@ def tag(node_index: int) -> str:
     return f"n{node_index}x"
 
 
+def nodes_named_in(text: str, model) -> list[str]:
+    """The ONNX nodes (`model`'s node names, first seen first) whose bindings `text` mentions,
+    e.g. an error that prints the Relax expression it failed on."""
+    indices = dict.fromkeys(int(m.group(1)) for m in re.finditer(rf"\b{_TAG.pattern}\b", text))
+    nodes = model.graph.node
+    return [f"{nodes[i].name} ({nodes[i].op_type})" for i in indices if i < len(nodes)]
+
+
 def node_index(var) -> int | None:
     """The ONNX node a Relax variable was bound for, or None."""
     match = _TAG.fullmatch(var.name)

@@ -13,6 +13,7 @@ from typing import Any
 
 import tvm
 
+from .amx import amx_permitted
 from .errors import TargetError
 
 # Our ISA names -> the LLVM feature that implies them.
@@ -23,16 +24,27 @@ ISA_FEATURES = {
     "avx512bw": "avx512bw",
     "avx512vl": "avx512vl",
     "avx512_vnni": "avx512vnni",
+    "avx512_bf16": "avx512bf16",
     "amx": "amx-int8",
+    "amx_bf16": "amx-bf16",
 }
 
 _INT_OPTIONS = {"num-cores", "opt-level"}
 _LIST_OPTIONS = {"mattr", "keys", "libs", "cl-opt"}
 
 
-def _host_llvm_features() -> dict[str, bool]:
+def _llvm_reported_features() -> dict[str, bool]:
     features = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
     return {str(name): bool(enabled) for name, enabled in features.items()}
+
+
+def _host_llvm_features() -> dict[str, bool]:
+    """LLVM's features of this CPU, each on or off; AMX's on only where the OS lets this
+    process use it (`amx.amx_permitted`): LLVM reads CPUID, which ignores the OS."""
+    features = _llvm_reported_features()
+    if not amx_permitted():
+        features = {name: on and not name.startswith("amx") for name, on in features.items()}
+    return features
 
 
 def host_cpu() -> str:
@@ -52,10 +64,11 @@ def host_cores() -> int:
 
 
 def _native_target() -> dict[str, Any]:
-    # The CPU name implies features the OS may keep off (AMX tiles need a kernel opt-in):
-    # turn off explicitly what the host does not enable, as -march=native does.
-    disabled = sorted(f"-{name}" for name, on in _host_llvm_features().items() if not on)
-    return {"kind": "llvm", "mcpu": host_cpu(), "mattr": disabled, "num-cores": host_cores()}
+    # Every feature spelled out, on or off, as -march=native does: in a VM the CPU name can be
+    # older than the CPU (AMX on a host LLVM calls rocketlake), and it implies features the
+    # OS may keep off.
+    features = sorted(f"{'+' if on else '-'}{name}" for name, on in _host_llvm_features().items())
+    return {"kind": "llvm", "mcpu": host_cpu(), "mattr": features, "num-cores": host_cores()}
 
 
 def _parse_string(text: str) -> dict[str, Any]:
@@ -137,13 +150,15 @@ def target_cpu(target: tvm.target.Target) -> str:
 
 
 def target_string(target: tvm.target.Target | str, brief: bool = False) -> str:
-    """The familiar string form of `target`, for metadata; `brief` leaves out the features
-    turned off (a native target lists dozens), for reports."""
+    """The familiar string form of `target`, for metadata; `brief` keeps only the features
+    turned on that its CPU does not imply (a native target lists a hundred), for reports."""
     if isinstance(target, str):
         target = parse_target(target)
     spec = dict(target.export())
     if brief:
-        spec["mattr"] = [f for f in spec.get("mattr", []) if not f.startswith("-")]
+        cpu = tvm.target.Target({"kind": "llvm", "mcpu": target_cpu(target)})
+        has = tvm.get_global_func("target.llvm_cpu_has_feature")
+        spec["mattr"] = [f for f in spec.get("mattr", []) if f.startswith("+") and not has(f[1:], cpu)]
     words = [str(spec.pop("kind"))]
     for key in ("mcpu", "mtriple", "num-cores", "mattr"):
         value = spec.get(key)

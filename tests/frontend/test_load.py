@@ -50,3 +50,15 @@ def test_invalid_graph_is_reported_by_the_checker():
 def test_wrong_type_is_rejected():
     with pytest.raises(ModelLoadError, match="not list"):
         load_model([1, 2])
+
+
+def test_a_negative_dim_other_than_minus_one_is_named():
+    with pytest.raises(ModelLoadError, match="tensor 'x' has the dim -2 at axis 0"):
+        load_model(tiny_model(batch=-2))
+
+
+def test_a_model_without_outputs_is_refused():
+    model = tiny_model()
+    del model.graph.output[:]
+    with pytest.raises(ModelLoadError, match="no graph outputs"):
+        load_model(model)

@@ -39,3 +39,17 @@ def test_reseeding_is_deterministic_and_seed_dependent():
     a, b, c = light_model("squeezenet", 0), light_model("squeezenet", 0), light_model("squeezenet", 1)
     assert a.SerializeToString() == b.SerializeToString()
     assert a.SerializeToString() != c.SerializeToString()
+
+
+@pytest.mark.parametrize("name", ["shufflenet", "inception_v1"])
+def test_a_fixed_batch_1_model_runs_at_batch_8(name):
+    """input_shapes changes the batch the export fixed (its Reshapes' shape constants pin it:
+    a classifier's [1, 1024], a channel shuffle's [1, 4, 28, 56, 56]; inception_v1 reshapes
+    a weight to [1000, 1024], which must stay). The reference is ONNX Runtime on the exported
+    model, one image at a time."""
+    model = light_model(name)
+    (data,) = tvm_fuse.build(model, AVX512_TARGET).get_inputs()
+    compiled = tvm_fuse.build(model, AVX512_TARGET, input_shapes={data.name: (8, *data.shape[1:])})
+    batch = np.random.default_rng(1).standard_normal((8, *data.shape[1:])).astype(np.float32)
+    reference = np.concatenate([ort_outputs(model, {data.name: image[None]})[0] for image in batch])
+    assert_close(compiled.run(None, {data.name: batch}), [reference])

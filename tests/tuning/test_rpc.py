@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from tvm import rpc
 
@@ -23,11 +26,16 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _start(command: list[str], **kwargs) -> subprocess.Popen:
+    """A TVM RPC process in a process group of its own: it starts `popen_worker` children,
+    which a kill of the process alone would leave running, reparented to init."""
+    return subprocess.Popen([sys.executable, "-m", *command], start_new_session=True, **kwargs)
+
+
 @pytest.fixture
 def tracker(tmp_path):
     port = _free_port()
-    started = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                                 "--port", str(port), "--port-end", str(port + 1)])]
+    started = [_start(["tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)])]
     logs = []
     try:
         time.sleep(2)
@@ -35,8 +43,8 @@ def tracker(tmp_path):
             log = open(tmp_path / f"server{index}.log", "w")
             logs.append(log)
             server_port = _free_port()
-            started.append(subprocess.Popen(
-                [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", "tvm_fuse_test",
+            started.append(_start(
+                ["tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}", "--key", "tvm_fuse_test",
                  "--host", "127.0.0.1", "--port", str(server_port), "--port-end", str(server_port + 1)],
                 stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + 60
@@ -45,11 +53,14 @@ def tracker(tmp_path):
             time.sleep(0.5)
         yield port, [tmp_path / f"server{i}.log" for i in range(2)]
     finally:
+        children = [c for p in started for c in psutil.Process(p.pid).children(recursive=True)]
         for process in started:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         for log in logs:
             log.close()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], f"RPC processes left running: {alive}"
 
 
 def test_candidates_run_on_the_tracker_servers(tracker, tmp_path):

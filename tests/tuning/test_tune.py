@@ -1,8 +1,10 @@
-"""A tiny tuning job end to end: records land in the log, builds use them, and a job killed
-with SIGKILL resumes without measuring a finished setting again."""
+"""A tiny tuning job end to end: records land in the log, builds use them, a job killed
+(SIGKILL, SIGTERM, Ctrl-C) leaves no process behind and resumes without measuring a finished
+setting again."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -10,6 +12,8 @@ import time
 
 import numpy as np
 import onnx
+import psutil
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
@@ -38,7 +42,13 @@ def _knobs(path):
 
 def test_a_tiny_job_logs_its_trials_and_builds_use_the_best(tmp_path):
     model = _conv_model()
+    before = psutil.Process().children(recursive=True)
     (result,) = tune(model, trials=3, log_dir=tmp_path, repeat=3, progress=None)
+    # Its worker ended with it; only the stdlib's resource tracker (which ends with this
+    # process) may be new.
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p not in before and "resource_tracker" not in " ".join(p.cmdline())]
+    assert left == []
     (log,) = tmp_path.glob("*.jsonl")
     assert len(_knobs(log)) == 3 and result.trials == 3
     assert result.default_ms is not None and result.best_ms <= result.default_ms
@@ -54,27 +64,48 @@ def test_a_tiny_job_logs_its_trials_and_builds_use_the_best(tmp_path):
     assert (tmp_path / "progress.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_a_job_killed_with_sigkill_loses_no_record_and_resumes(tmp_path):
+def _ended(processes: list[psutil.Process], timeout: float = 10) -> list[psutil.Process]:
+    """Those of `processes` still alive after `timeout` seconds."""
+    _, alive = psutil.wait_procs(processes, timeout=timeout)
+    return alive
+
+
+def _job_killed_after_two_records(tmp_path, how: signal.Signals):
+    """A tuning job in its own process, sent `how` once two records are in its log: the log,
+    and every process the job had started (its measuring worker among them)."""
     model_path = tmp_path / "tiny.onnx"
     onnx.save(_conv_model(), model_path)
     script = ("import sys; from tvm_fuse.tuning.tune import tune; "
               f"tune({str(model_path)!r}, trials=8, log_dir={str(tmp_path)!r}, repeat=200, progress=None)")
     job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    log = tmp_path / "pending"
+    log, started, commands = tmp_path / "pending", {}, set()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
+        for process in psutil.Process(job.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                commands.add(" ".join(process.cmdline()))
+                started[process.pid] = process
         logs = list(tmp_path.glob("*.jsonl"))
         if logs and len(logs[0].read_text().splitlines()) >= 2:
             log = logs[0]
             break
         time.sleep(0.2)
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    job.send_signal(how)
+    job.wait(60)
+    return log, list(started.values()), commands
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_killed_job_loses_no_record_and_leaves_no_process(tmp_path, how):
+    log, started, commands = _job_killed_after_two_records(tmp_path, how)
+    assert any("multiprocessing" in command for command in commands), "no worker seen"
+    assert _ended(started) == []
     finished = _knobs(log)
     assert 2 <= len(finished) < 8
-    tune(str(model_path), trials=8, log_dir=tmp_path, repeat=3, progress=None)
-    knobs = _knobs(log)
-    assert knobs[:len(finished)] == finished and len(set(knobs)) == len(knobs) == 8
+    if how == signal.SIGKILL:  # a job started again resumes where the killed one stopped
+        tune(str(model_path := log.parent / "tiny.onnx"), trials=8, log_dir=tmp_path, repeat=3, progress=None)
+        knobs = _knobs(log)
+        assert model_path.exists() and knobs[:len(finished)] == finished and len(set(knobs)) == len(knobs) == 8
 
 
 def test_a_crashing_candidate_is_logged_as_failed_and_the_job_goes_on(tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from .. import provenance
 from ..errors import CompileError, InputError
+from .batch import rebatch
 from .converters import CONVERTERS
 from .support import check_supported, default_opset
 
@@ -74,13 +75,15 @@ def graph_inputs(model: onnx.ModelProto) -> list[TensorInfo]:
 
 
 def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """A copy of `model` whose inputs have the static `shapes`; only symbolic dims may change."""
+    """A copy of `model` whose inputs have the static `shapes`. Symbolic dims may change, and
+    a fixed batch (axis 0) where the graph allows it (`batch.rebatch`)."""
     inputs = {info.name: info for info in graph_inputs(model)}
     unknown = sorted(set(shapes) - set(inputs))
     if unknown:
         raise InputError(f"input_shapes names unknown input(s) {unknown}; the model's inputs are {sorted(inputs)}")
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
+    batches = {}
     for value in fixed.graph.input:
         if value.name not in shapes:
             continue
@@ -92,13 +95,15 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
             if want < 1:
                 raise InputError(f"input_shapes[{value.name!r}] has a non-positive dim {want} at axis {axis}")
             if isinstance(have, int) and have != want:
-                raise InputError(
-                    f"input {value.name!r} has the fixed dim {have} at axis {axis}; input_shapes asks "
-                    f"for {want}, but only symbolic dims can be overridden"
-                )
-        for dim, want in zip(value.type.tensor_type.shape.dim, shape):
-            dim.dim_value = want
-    return fixed
+                if axis != 0:
+                    raise InputError(
+                        f"input {value.name!r} has the fixed dim {have} at axis {axis}; input_shapes asks "
+                        f"for {want}, but only symbolic dims and the batch (axis 0) can be overridden")
+                batches[value.name] = want
+        for axis, (dim, want) in enumerate(zip(value.type.tensor_type.shape.dim, shape)):
+            if axis != 0 or value.name not in batches:
+                dim.dim_value = want
+    return rebatch(fixed, batches) if batches else fixed
 
 
 class _NodeBuilder:

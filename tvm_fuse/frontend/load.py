@@ -59,7 +59,36 @@ def load_model(source) -> onnx.ModelProto:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as error:
         raise ModelLoadError(f"{where} is not a valid ONNX model: {error}") from None
-    return _named(model)
+    if not model.graph.output:
+        raise ModelLoadError(f"{where} has no graph outputs: there is nothing to compute")
+    return _named(_unknown_dims_symbolic(model, where))
+
+
+def _unknown_dims_symbolic(model: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """`model`, or a copy whose -1 dims (exporters such as paddle2onnx write -1 for a dynamic
+    batch) are symbolic, as ONNX Runtime reads them: a named dim on an input, an unknown one
+    elsewhere. Any other negative dim is an error naming the tensor and axis."""
+    values = [*model.graph.input, *model.graph.output, *model.graph.value_info]
+    negative = [(value.name, axis, dim.dim_value) for value in values
+                for axis, dim in enumerate(value.type.tensor_type.shape.dim)
+                if dim.HasField("dim_value") and dim.dim_value < 0]
+    if not negative:
+        return model
+    bad = [(name, axis, size) for name, axis, size in negative if size != -1]
+    if bad:
+        name, axis, size = bad[0]
+        raise ModelLoadError(f"{where}: tensor {name!r} has the dim {size} at axis {axis}; a dim is a "
+                             "size >= 0, a name, or -1 for unknown")
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    inputs = {value.name for value in fixed.graph.input}
+    for value in [*fixed.graph.input, *fixed.graph.output, *fixed.graph.value_info]:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value == -1:
+                dim.Clear()
+                if value.name in inputs:
+                    dim.dim_param = f"{value.name}_dim{axis}"
+    return fixed
 
 
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -20,14 +20,17 @@ def model_names() -> list[str]:
 
 
 def named_model(name: str, batch: int = 1, seed: int = 0) -> onnx.ModelProto:
-    """The model called `name` (see `model_names`); built models take a static `batch`,
-    the light models have a fixed batch of 1."""
+    """The model called `name` (see `model_names`) at a static `batch`: the built models are
+    made for it; the light models, exported at batch 1, are rebatched (`frontend.batch`)."""
+    from ..frontend.importer import graph_inputs, set_input_shapes
     from .built import BUILT_MODELS
 
     if name in LIGHT_MODELS:
-        if batch != 1:
-            raise ValueError(f"the light model {name!r} has a fixed batch of 1")
-        return light_model(name, seed)
+        model = light_model(name, seed)
+        if batch == 1:
+            return model
+        (data,) = graph_inputs(model)
+        return set_input_shapes(model, {data.name: (batch, *data.shape[1:])})
     if name in BUILT_MODELS:
         return BUILT_MODELS[name](batch=batch, seed=seed)
     raise ValueError(f"unknown model {name!r}; the named models are {', '.join(model_names())}")

@@ -12,6 +12,7 @@ from ..errors import CompileError, InputError
 from ..frontend import relax_module
 from ..frontend.importer import graph_inputs
 from ..pipeline import compile_lowered, lowered, optimize
+from ..provenance import nodes_named_in
 from ..target import parse_target, target_string
 from ..transform.expose_tensors import ExposeTensors
 from .calibration_data import calibration_feeds
@@ -53,7 +54,9 @@ def calibrate(model, config: QuantConfig, target=None, input_shapes=None) -> Cal
         mod = lowered(optimize(mod, tvm_target, int8=ExposeTensors(onnx_model, config.exclude, exposed)), tvm_target)
         executable = compile_lowered(mod, tvm_target)
     except Exception as error:
-        raise CompileError(f"compiling the calibration model for {target_string(tvm_target)} failed: {error}") from error
+        brief = target_string(tvm_target, brief=True)
+        raise CompileError.of(error, "compiling the calibration model", brief,
+                              nodes_named_in(str(error), onnx_model)) from error
     machine = relax.VirtualMachine(executable, tvm.cpu())
     statistics = {name: TensorStatistics() for name in exposed}
     samples = 0

@@ -4,8 +4,11 @@ tracker (the kernel is built here and uploaded)."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import tempfile
 from collections.abc import Callable
 
@@ -14,7 +17,20 @@ import tvm
 from tvm import rpc
 
 
-def _serve(connection) -> None:
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """Have Linux kill this process when `parent` ends, however it ends (SIGTERM, SIGKILL, a
+    crash): a job's candidate must not run on without it."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(0)
+
+
+def _serve(connection, parent: int) -> None:
+    _die_with(parent)
     while True:
         try:
             function, args = connection.recv()
@@ -35,7 +51,7 @@ class Worker:
 
     def _start(self) -> None:
         self._connection, child = self._context.Pipe()
-        self._process = self._context.Process(target=_serve, args=(child,), daemon=True)
+        self._process = self._context.Process(target=_serve, args=(child, os.getpid()), daemon=True)
         self._process.start()
         child.close()
 
