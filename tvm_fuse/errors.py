@@ -19,16 +19,18 @@ class TargetError(TvmFuseError, ValueError):
 
 @dataclass(frozen=True)
 class UnsupportedNode:
-    """One ONNX node no converter handles."""
+    """One ONNX node no converter handles (or not in the form it has)."""
 
     op_type: str
     node_name: str
     domain: str
     opset: int
+    reason: str = ""  # why, where the op is supported in other forms
 
     def __str__(self) -> str:
         domain = self.domain or "ai.onnx"
-        return f"{self.op_type} (node {self.node_name!r}, domain {domain}, opset {self.opset})"
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.op_type} (node {self.node_name!r}, domain {domain}, opset {self.opset}){why}"
 
 
 class UnsupportedOpsError(ModelLoadError):

@@ -91,7 +91,7 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             covered.update(kernel_labels)
             report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels,
                                    "int8": bool(func.attrs.get(INT8_ATTR, False))})
-        elif isinstance(binding.value, relax.Call) and binding.value.op.name == "relax.layout_transform":
+        elif _is_layout_transform(binding.value):
             report.layout_transforms += 1
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
     for binding in bindings:
@@ -134,14 +134,20 @@ def _op_name(mod: tvm.IRModule, call: relax.Call) -> str:
         kernel = mod[call.args[0]].attrs.get(KERNEL_ATTR) if mod[call.args[0]].attrs else None
         if kernel is not None:
             return f"relax.{kernel}"
+    if isinstance(call.op, relax.ExternFunc):  # a VM builtin, e.g. tensor_to_shape
+        return str(call.op.global_symbol)
     return call.op.name
+
+
+def _is_layout_transform(value) -> bool:
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name == "relax.layout_transform")
 
 
 def _runs(value) -> bool:
     """Whether a binding does a node's work at run time (tuple plumbing and aliases do not;
     layout transforms are the compiler's, counted apart)."""
-    return isinstance(value, relax.Call) and not (
-        isinstance(value.op, tvm.ir.Op) and value.op.name == "relax.layout_transform")
+    return isinstance(value, relax.Call) and not _is_layout_transform(value)
 
 
 def _kernel(mod: tvm.IRModule, value):

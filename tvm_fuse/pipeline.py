@@ -22,6 +22,7 @@ from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.leaky_relu_to_max import LeakyReluToMax
 from .transform.dense import CanonicalizeDense
+from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
@@ -33,20 +34,20 @@ from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.stack_local_buffers import StackLocalBuffers
-from .transform.sum_to_add import SumToAdd
+from .transform.stacked_reduction_to_binary import StackedReductionToBinary
 from .tuning.database import TuningDatabase
 
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
-    one until then), ONNX Sum as adds, no-ops gone, Gemm / MatMul + Add as dense + bias,
+    one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, Gemm / MatMul + Add as dense + bias,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
     layout conversion can follow)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
-        SumToAdd(),
+        StackedReductionToBinary(),
         RemoveNoOps(),
         CanonicalizeDense(),
         FoldBatchNorm(fold_into),
@@ -86,9 +87,7 @@ def kernels(target: tvm.target.Target, tuning: TuningDatabase | None) -> list[tv
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
     ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
-    # exp, erf, tanh and softmax as TVM's vectorizable approximations: the exact ones are a
-    # scalar libm call per element (ONNX Runtime approximates them too).
-    return ([relax.transform.FastMathTransform()] + cpu_generic.library_dispatch_passes(target)
+    return ([FastMath] + cpu_generic.library_dispatch_passes(target)
             + cpu_generic.legalize_passes(target) + [ScheduleGenericKernels(target)])
 
 

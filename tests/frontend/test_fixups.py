@@ -6,7 +6,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
-from tvm_fuse.frontend.fixups import fold_constant_of_shape, range_over_dim_to_cumsum
+from tvm_fuse.frontend.fixups import fold_constant_of_shape, fold_shape_arithmetic, range_over_dim_to_cumsum
+from tvm_fuse.frontend.importer import set_input_shapes
 
 
 def _model(nodes, inputs, output, initializers=()):
@@ -81,4 +82,45 @@ def test_fixed_up_models_build_and_match_onnxruntime(make, batch_shape):
     model = make()
     compiled = tvm_fuse.build(model, AVX512_TARGET, input_shapes=batch_shape and {"x": batch_shape})
     feed = {"x": np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)}
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed))
+
+
+def _paddle_reshape_model():
+    """paddle2onnx's run-time reshape: [Shape(x)[0:1] as int32 -> int64, -1] -> Reshape(x),
+    then a Squeeze at a negative axis (which crashed TVM's layout conversion)."""
+    constants = {"start": [0], "end": [1], "axis": [0], "rest": [-1], "last": [-1]}
+    return _model(
+        [
+            helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+            helper.make_node("Cast", ["shape"], ["shape32"], name="to_int32", to=TensorProto.INT32),
+            helper.make_node("Slice", ["shape32", "start", "end", "axis"], ["batch32"], name="batch"),
+            helper.make_node("Cast", ["batch32"], ["batch"], name="to_int64", to=TensorProto.INT64),
+            helper.make_node("Concat", ["batch", "rest"], ["target"], name="target", axis=0),
+            helper.make_node("Reshape", ["x", "target"], ["flat"], name="flatten"),
+            helper.make_node("Unsqueeze", ["flat", "last"], ["column"], name="column"),
+            helper.make_node("Squeeze", ["column", "last"], ["y"], name="squeeze"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 12]),
+        [numpy_helper.from_array(np.array(v, np.int64), name) for name, v in constants.items()],
+    )
+
+
+def test_shape_arithmetic_folds_where_input_shapes_make_it_static():
+    model = _paddle_reshape_model()
+    fixed = set_input_shapes(model, {"x": (2, 3, 4)})
+    folded = fold_shape_arithmetic(fixed)
+    assert [n.op_type for n in folded.graph.node if n.name in ("shape", "batch", "target")] == ["Constant"] * 3
+    reshape = next(n for n in folded.graph.node if n.op_type == "Reshape")
+    target = next(n for n in folded.graph.node if n.output[0] == reshape.input[1])
+    assert numpy_helper.to_array(target.attribute[0].t).tolist() == [2, -1]
+    # Without static shapes, nothing folds.
+    assert [n.op_type for n in fold_shape_arithmetic(model).graph.node] == [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.avx512
+def test_a_paddle_reshape_builds_and_matches_onnxruntime():
+    model = _paddle_reshape_model()
+    compiled = tvm_fuse.build(model, AVX512_TARGET, input_shapes={"x": (2, 3, 4)})
+    feed = {"x": np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)}
     assert_close(compiled.run(None, feed), ort_outputs(model, feed))

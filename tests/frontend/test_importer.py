@@ -46,7 +46,7 @@ def test_input_shapes_fix_symbolic_dims():
         ({"nope": (1, 4)}, "unknown input"),
         ({"x": (1, 4, 1)}, "rank 2"),
         ({"x": (2, 5)}, "fixed dim 4 at axis 1"),
-        ({"x": (0, 4)}, "non-positive"),
+        ({"x": (-1, 4)}, "negative dim -1"),
     ],
 )
 def test_bad_input_shapes_are_rejected(shapes, message):

@@ -1,12 +1,18 @@
-"""Conv chains run in NCHW{c}c with layout transforms only at their borders."""
+"""Conv chains run in NCHW{c}c with layout transforms only at their borders, and the ops TVM's
+layout rules get wrong in blocks take their input in NCHW."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import onnx
 import pytest
 import tvm
 from tvm import relax
 
+import tvm_fuse
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
 from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.blocked_layout import BlockedLayout
@@ -79,3 +85,89 @@ def test_inputs_the_block_does_not_divide_take_half_a_block_or_nchw(in_channels,
     assert str(_calls(blocked, "relax.nn.conv2d")[0].attrs.data_layout) == in_layout
     x = _RNG.standard_normal((1, in_channels, 16, 16)).astype("float32")
     np.testing.assert_allclose(_run(mod, x, pipeline=True), _run(mod, x, pipeline=False), rtol=1e-4, atol=1e-4)
+
+
+class _Graph:
+    """A small ONNX graph of convs and the ops real detectors put between them, on x[1, 16, 16, 16]."""
+
+    def __init__(self):
+        self.nodes, self.weights = [], []
+
+    def weight(self, *shape, value=None):
+        name = f"w{len(self.weights)}"
+        value = _RNG.standard_normal(shape).astype(np.float32) * 0.2 if value is None else np.asarray(value)
+        self.weights.append(onnx.numpy_helper.from_array(value, name))
+        return name
+
+    def op(self, op_type, inputs, outputs=1, **attrs):
+        names = [f"{op_type.lower()}{len(self.nodes)}_{i}" for i in range(outputs)]
+        self.nodes.append(onnx.helper.make_node(op_type, inputs, names, name=f"{op_type}{len(self.nodes)}", **attrs))
+        return names[0] if outputs == 1 else names
+
+    def conv(self, x, cin, cout, k=3, group=1):
+        return self.op("Conv", [x, self.weight(cout, cin // group, k, k), self.weight(cout)], pads=[k // 2] * 4, group=group)
+
+    def model(self, out):
+        graph = onnx.helper.make_graph(
+            self.nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 16, 16, 16])],
+            [onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [1, None, None, None])], self.weights)
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+        model.ir_version = 9
+        return model
+
+
+def _split_at_a_block():
+    """YOLOv8's C2f: a conv's channels split in two halves, one through another conv, concatenated.
+    TVM's split rule kept the indices [16, 16] in channels while the axis counted blocks."""
+    g = _Graph()
+    first, second = g.op("Split", [g.conv("x", 16, 32), g.weight(value=np.array([16, 16], np.int64))], 2, axis=1)
+    return g.model(g.op("Concat", [second, g.conv(first, 16, 16)], axis=1))
+
+
+def _concat_of_other_blocks():
+    """24 + 40 channels (blocks of 8) concatenated into 64 (a block of 16) for the next conv."""
+    g = _Graph()
+    return g.model(g.conv(g.op("Concat", [g.conv("x", 16, 24), g.conv("x", 16, 40)], axis=1), 64, 16))
+
+
+def _mobilenet_v3_head():
+    """HardSwish, depthwise, squeeze-excitation with HardSigmoid, a channel-mean attention,
+    ConvTranspose and Resize upsampling into one concat."""
+    g = _Graph()
+    a = g.op("HardSwish", [g.conv("x", 16, 16)])
+    d = g.op("Relu", [g.conv(a, 16, 16, group=16)])
+    squeeze = g.op("Relu", [g.conv(g.op("GlobalAveragePool", [d]), 16, 8, k=1)])
+    e = g.op("Add", [g.conv(g.op("Mul", [d, g.op("HardSigmoid", [g.conv(squeeze, 8, 16, k=1)])]), 16, 16, k=1), a])
+    e = g.op("Mul", [e, g.op("Sigmoid", [g.op("ReduceMean", [e], axes=[1], keepdims=1)])])
+    up = g.op("ConvTranspose", [e, g.weight(16, 16, 2, 2)], strides=[2, 2])
+    resized = g.op("Resize", [g.conv(e, 16, 24), "", g.weight(value=np.array([1, 1, 2, 2], np.float32))], mode="nearest")
+    return g.model(g.conv(g.op("Concat", [up, resized], axis=1), 40, 16))
+
+
+def _max_of_three():
+    """ONNX Max of three conv outputs: TVM imports it as a stack, whose layout rule crashed."""
+    g = _Graph()
+    return g.model(g.op("Max", [g.conv("x", 16, 16), g.conv("x", 16, 16, k=1), "x"]))
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("build", [_split_at_a_block, _concat_of_other_blocks, _mobilenet_v3_head, _max_of_three])
+def test_ops_that_tvm_mishandles_in_blocks_take_their_input_in_nchw(build):
+    model = build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback of the whole model to NCHW
+        compiled = tvm_fuse.build(model, AVX512_TARGET)
+    x = _RNG.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}))
+    assert compiled.fusion_report()["layout_transforms"] >= 2  # the convs still ran blocked
+
+
+def test_a_layout_rule_that_fails_leaves_the_model_in_nchw_with_a_warning(monkeypatch):
+    def fail(mod):
+        raise tvm.error.InternalError("Invalid layout axis 16b")
+
+    monkeypatch.setattr(relax.transform, "ConvertLayout", lambda *args: fail)
+    mod = _chain()
+    with pytest.warns(UserWarning, match=r"runs in NCHW: converting it to NCHW16c failed \(Invalid layout axis 16b\)"):
+        after = BlockedLayout(16)(mod)
+    tvm.ir.assert_structural_equal(after, mod)

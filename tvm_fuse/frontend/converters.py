@@ -1,12 +1,13 @@
 """Our own conversions for ONNX ops where TVM's importer gives a form the fusion table cannot
-see. Each takes (inputs, attrs, opset) and returns a Relax expression, or None to leave the
-node to TVM's converter."""
+see, or a wrong one. Each takes (builder, inputs, attrs, opset) and returns a Relax expression,
+or None to leave the node to TVM's converter."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
@@ -21,7 +22,7 @@ def _bound(value, default: float) -> float | None:
     return default if math.isnan(bound) else bound
 
 
-def clip(inputs, attrs, opset):
+def clip(bb, inputs, attrs, opset):
     """`relax.clip`, not TVM's maximum/minimum TIR calls: relu6 is an activation post-op."""
     x = inputs[0]
     if not np.issubdtype(np.dtype(str(x.ty.dtype)), np.floating):
@@ -36,6 +37,82 @@ def clip(inputs, attrs, opset):
     return relax.op.clip(x, low, high)
 
 
+def prelu(bb, inputs, attrs, opset):
+    """Before opset 7, a slope of one dim is per channel (axis 1); TVM takes it for the last axis."""
+    x, slope = inputs
+    if opset >= 7 or slope.ty.ndim != 1 or x.ty.ndim < 2:
+        return None
+    return relax.op.nn.prelu(x, slope, axis=1)
+
+
+def slice_attributes(bb, inputs, attrs, opset):
+    """Slice before opset 10 takes starts/ends/axes as attributes; TVM reads only the inputs."""
+    if opset >= 10:
+        return None
+    starts, ends = list(attrs["starts"]), list(attrs["ends"])
+    axes = list(attrs.get("axes", range(len(starts))))
+    return relax.op.strided_slice(inputs[0], axes, starts, ends)
+
+
+def expand(bb, inputs, attrs, opset):
+    """Expand to a shape computed at run time: TVM's converter keeps a target dim of 1 where the
+    data's is larger (x[1, 3, 1] to [3, 1, 3] gave [3, 1, 3], not [3, 3, 3]). Each output dim
+    is the target's, or the data's where the target's is 1 (ONNX's broadcasting)."""
+    data, shape = inputs
+    if isinstance(shape, GenericConst | relax.ShapeExpr) or not isinstance(shape.ty, relax.TensorType):
+        return None  # a constant target: TVM's converter is right
+    if shape.ty.shape is None or not isinstance(shape.ty.shape[0], tvm.tirx.IntImm) or data.ty.ndim < 0:
+        return None
+    rank, length = data.ty.ndim, int(shape.ty.shape[0])
+    ndim = max(rank, length)
+
+    def padded(dims, have):  # right-aligned: ones in front
+        ones = relax.const(np.ones(ndim - have, np.int64), "int64")
+        return dims if have == ndim else bb.emit(relax.op.concat([ones, dims], axis=0))
+
+    data_dims = padded(bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(data))), rank)
+    target = padded(bb.emit(relax.op.astype(shape, "int64")), length)
+    one = relax.const(1, "int64")
+    dims = bb.emit(relax.op.where(relax.op.equal(target, one), data_dims, target))
+    as_shape = bb.emit(relax.Call(relax.ExternFunc("vm.builtin.tensor_to_shape"), [dims],
+                                  ty_args=[relax.ShapeType(ndim=ndim)]))
+    symbols = [tvm.tirx.Var(f"expand_{i}", "int64") for i in range(ndim)]
+    bb.match_cast(as_shape, relax.ShapeType(symbols))
+    return relax.op.broadcast_to(data, relax.ShapeExpr(symbols))
+
+
+def sequence_insert(bb, inputs, attrs, opset):
+    """A negative position counts from the back as Python's `list.insert` does (ONNX's reference):
+    -1 inserts before the last tensor; TVM's converter appended it."""
+    if len(inputs) < 3 or not isinstance(inputs[2], GenericConst) or not isinstance(inputs[0], relax.Tuple):
+        return None
+    tensors = list(inputs[0].fields)
+    position = int(inputs[2].value.numpy())
+    if not -len(tensors) <= position <= len(tensors):
+        raise ValueError(f"SequenceInsert position {position} is outside [-{len(tensors)}, {len(tensors)}]")
+    tensors.insert(position, inputs[1])
+    return relax.Tuple(tensors)
+
+
+def squeeze(bb, inputs, attrs, opset):
+    """Negative axes made positive: TVM's squeeze layout rule indexes its layout string with
+    them, which crashed layout conversion (`std::bad_alloc`) after a conv1d (silero-vad)."""
+    x = inputs[0]
+    if opset < 13:
+        axes = attrs.get("axes")
+    else:
+        given = inputs[1] if len(inputs) > 1 else None
+        axes = given.value.numpy().reshape(-1).tolist() if isinstance(given, GenericConst) else None
+    if not axes or x.ty.ndim < 0 or all(int(a) >= 0 for a in axes):
+        return None
+    return relax.op.squeeze(x, [int(a) % x.ty.ndim for a in axes])
+
+
 CONVERTERS = {
     "Clip": clip,
+    "Expand": expand,
+    "PRelu": prelu,
+    "SequenceInsert": sequence_insert,
+    "Squeeze": squeeze,
+    "Slice": slice_attributes,
 }

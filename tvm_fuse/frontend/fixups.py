@@ -109,6 +109,79 @@ def range_over_dim_to_cumsum(model: onnx.ModelProto) -> onnx.ModelProto:
     return _replace_nodes(model, rewrite)
 
 
+_FOLD_LIMIT = 1024  # elements of each input and output: shape and pads arithmetic, not weights
+_NEVER_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """Tensor name -> its shape, for the tensors whose shape ONNX's shape inference knows fully."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return {}
+    shapes = {}
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        tensor = value.type.tensor_type
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            shapes[value.name] = [d.dim_value for d in tensor.shape.dim]
+    return shapes
+
+
+def _evaluated(node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx.ModelProto) -> list | None:
+    """`node`'s outputs on constant `inputs`, by ONNX's reference implementation; None if it fails."""
+    from onnx.reference import ReferenceEvaluator
+
+    named = [numpy_helper.from_array(value, name) for name, value in zip(node.input, inputs) if name]
+    graph = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in node.output], named)
+    try:
+        return ReferenceEvaluator(helper.make_model(graph, opset_imports=model.opset_import)).run(None, {})
+    except Exception:  # noqa: BLE001 -- an op the reference cannot run here stays in the graph
+        return None
+
+
+def fold_shape_arithmetic(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape (and Size) of a tensor whose shape is static -> a Constant; then every node whose
+    inputs are all small constants -> a Constant of its outputs, computed by ONNX's reference.
+    Repeated while it folds: a Reshape given a constant shape gives shape inference the static
+    shape of the tensors after it."""
+    while True:
+        folded = _fold_once(model)
+        if sum(n.op_type == "Constant" for n in folded.graph.node) == sum(n.op_type == "Constant" for n in model.graph.node):
+            return folded
+        model = folded
+
+
+def _fold_once(model: onnx.ModelProto) -> onnx.ModelProto:
+    shapes = _static_shapes(model)
+    constants = constant_values(model.graph)
+
+    def folded(node, values):
+        constants.update(zip(node.output, values))
+        return [helper.make_node("Constant", [], [out], name=node.name, value=numpy_helper.from_array(np.asarray(v)))
+                for out, v in zip(node.output, values)]
+
+    def rewrite(node):
+        if node.op_type in ("Shape", "Size") and node.input[0] in shapes:
+            shape = shapes[node.input[0]]
+            if node.op_type == "Size":
+                return folded(node, [np.array(np.prod(shape), np.int64)])
+            attrs = {a.name: a.i for a in node.attribute}
+            return folded(node, [np.array(shape[attrs.get("start", 0):attrs.get("end", len(shape))], np.int64)])
+        if (node.op_type in _NEVER_FOLDED or node.op_type == "Constant" or node.domain not in ("", "ai.onnx")
+                or not node.input or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                         for a in node.attribute)):
+            return [node]
+        inputs = [constants.get(name) if name else None for name in node.input]
+        if any(name and (value is None or value.size > _FOLD_LIMIT) for name, value in zip(node.input, inputs)):
+            return [node]
+        values = _evaluated(node, inputs, model)
+        if values is None or any(np.asarray(v).size > _FOLD_LIMIT for v in values):
+            return [node]
+        return folded(node, values)
+
+    return _replace_nodes(model, rewrite)
+
+
 @dataclass(frozen=True)
 class Fixup:
     name: str
@@ -117,6 +190,15 @@ class Fixup:
 
 
 FIXUPS = (
+    Fixup(
+        "fold_shape_arithmetic",
+        fold_shape_arithmetic,
+        "Exporters compute Reshape shapes and Pad widths at run time from Shape (paddle2onnx: "
+        "Shape -> Cast -> Slice -> Cast -> Concat -> Reshape). The importer folds such chains "
+        "only while they stay shape expressions, which a Cast ends ('Reshape requires the input "
+        "new shape to be Shape', 'Dynamic pads are not supported'). Where the shapes are static "
+        "(input_shapes), the chain is a constant.",
+    ),
     Fixup(
         "fold_constant_of_shape",
         fold_constant_of_shape,

@@ -92,8 +92,8 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
         if len(shape) != len(declared):
             raise InputError(f"input {value.name!r} has rank {len(declared)} {declared}, but input_shapes gives {shape}")
         for axis, (want, have) in enumerate(zip(shape, declared)):
-            if want < 1:
-                raise InputError(f"input_shapes[{value.name!r}] has a non-positive dim {want} at axis {axis}")
+            if want < 0:
+                raise InputError(f"input_shapes[{value.name!r}] has a negative dim {want} at axis {axis}")
             if isinstance(have, int) and have != want:
                 if axis != 0:
                     raise InputError(
@@ -163,7 +163,7 @@ class _NamingImporter(ONNXGraphImporter):
             self.bb = _NodeBuilder(builder, provenance.tag(self._current_node))
         try:
             ours = CONVERTERS.get(op_name)
-            converted = ours(inputs, attrs, opset) if ours else None
+            converted = ours(self.bb, inputs, attrs, opset) if ours else None
             if converted is None:
                 converted = super()._convert_operator(op_name, inputs, attrs, opset)
             if isinstance(self.bb, _NodeBuilder) and isinstance(converted, relax.Call):
@@ -203,6 +203,9 @@ def relax_outputs(mod: tvm.IRModule, model: onnx.ModelProto) -> list[TensorInfo]
     fields = list(returned.fields) if isinstance(returned, relax.TupleType) else [returned]
     infos = []
     for value, field in zip(model.graph.output, fields):
-        shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in field.shape)
+        if field.shape is None:  # computed at run time (an Expand to a shape fed in): as declared
+            shape = _dims(value)
+        else:
+            shape = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in field.shape)
         infos.append(TensorInfo(value.name, shape, str(field.dtype)))
     return infos

@@ -10,6 +10,13 @@ from ..errors import UnsupportedNode, UnsupportedOpsError
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # Handled by the importer itself rather than by a converter.
 _BUILTIN_OPS = frozenset({"Constant", "If"})
+# Ops TVM converts only when some inputs are known at build time: op -> those inputs' positions.
+_BUILD_TIME_INPUTS = {
+    "SplitToSequence": (1,),  # split sizes
+    "SequenceAt": (1,),  # positions
+    "SequenceErase": (1,),
+    "SequenceInsert": (2,),
+}
 
 
 def default_opset(model: onnx.ModelProto) -> int:
@@ -31,16 +38,30 @@ def _nodes(graph: onnx.GraphProto):
                 yield from _nodes(subgraph)
 
 
+def _unknown_at_build_time(node: onnx.NodeProto, constants: set[str]) -> list[str]:
+    """The inputs of `node` that its converter needs known at build time but that are not."""
+    positions = _BUILD_TIME_INPUTS.get(node.op_type, ())
+    return [node.input[i] for i in positions if i < len(node.input) and node.input[i] and node.input[i] not in constants]
+
+
 def unsupported_nodes(model: onnx.ModelProto) -> list[UnsupportedNode]:
-    """Every node whose op no converter handles, in graph order."""
+    """Every node whose op no converter handles, or handles only for inputs known at build
+    time that this node computes at run time, in graph order."""
     convert_map = _get_convert_map()
     opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
-    return [
-        UnsupportedNode(node.op_type, node.name or f"#{index}", node.domain, opsets.get(node.domain or "ai.onnx", 0))
-        for index, node in enumerate(_nodes(model.graph))
-        if node.domain not in _DEFAULT_DOMAINS
-        or (node.op_type not in convert_map and node.op_type not in _BUILTIN_OPS)
-    ]
+    constants = {t.name for t in model.graph.initializer}
+    constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
+    unsupported = []
+    for index, node in enumerate(_nodes(model.graph)):
+        if node.domain not in _DEFAULT_DOMAINS or (node.op_type not in convert_map and node.op_type not in _BUILTIN_OPS):
+            reason = ""
+        elif unknown := _unknown_at_build_time(node, constants):
+            reason = f"needs {', '.join(unknown)} known at build time"
+        else:
+            continue
+        unsupported.append(UnsupportedNode(node.op_type, node.name or f"#{index}", node.domain,
+                                           opsets.get(node.domain or "ai.onnx", 0), reason))
+    return unsupported
 
 
 def check_supported(model: onnx.ModelProto) -> None:

@@ -1,10 +1,12 @@
-"""ONNX Sum as a chain of binary adds.
+"""ONNX Sum, Max, Min and Mean as chains of binary ops.
 
-TVM's importer converts an n-input `Sum` whose shapes are known into
+TVM's importer converts an n-input `Sum` (`Max`, `Min`, `Mean`) whose shapes are known into
 `sum(stack([broadcast_to(a, s), broadcast_to(b, s), ...]), axis=0)`: every input copied to the
 broadcast shape, then stacked into an (n, ...) tensor, then reduced. As adds, `(a + b) + c`, there
 are no copies, the broadcasts happen inside the adds, and the fusion table sees the residual adds
-it fuses into a conv (`conv + sum`). Inputs of unknown shape already import as adds.
+it fuses into a conv (`conv + sum`). Inputs of unknown shape already import as binary ops. The
+stack also had to go for layout conversion: its layout rule names the new axis `S`, which
+crashes `ConvertLayout` on any model that has one.
 
 Run after `FoldConstant` (a broadcast constant is then a constant of the broadcast shape, which
 the adds take as it is). Provenance: the last add keeps the sum's binding, the others are named
@@ -22,25 +24,39 @@ from tvm import relax
 from .rebind import is_op, rebind_pass
 
 
-def SumToAdd() -> tvm.transform.Pass:
-    """`sum(stack(broadcast_to(...)), axis=0)` of an imported ONNX Sum -> `a + b + ...`."""
-    return rebind_pass("tvm_fuse.SumToAdd", _plan)
+# The reduction over the stacked axis -> the binary op that chains its terms.
+_CHAINS = {
+    "relax.sum": relax.op.add,
+    "relax.max": relax.op.maximum,
+    "relax.min": relax.op.minimum,
+    "relax.mean": relax.op.add,  # then divided by the number of terms
+}
+
+
+def StackedReductionToBinary() -> tvm.transform.Pass:
+    """`sum(stack(broadcast_to(...)), axis=0)` of an imported ONNX Sum -> `a + b + ...`;
+    likewise max, min (`maximum`, `minimum`) and mean (adds, then a division)."""
+    return rebind_pass("tvm_fuse.StackedReductionToBinary", _plan)
 
 
 def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
-    """Each stacked sum in `func` and the chain of adds that replaces it."""
+    """Each stacked reduction in `func` and the chain of binary ops that replaces it."""
     values = dict(relax.analysis.get_var2val(func).items())
     plan: dict[relax.Var, relax.Expr] = {}
     for var, value in values.items():
-        terms = _summands(value, values)
-        if terms is not None and all(_broadcasts_to(term, var) for term in terms):
-            plan[var] = functools.reduce(relax.op.add, terms)
+        terms = _terms(value, values)
+        if terms is None or not all(_broadcasts_to(term, var) for term in terms):
+            continue
+        chained = functools.reduce(_CHAINS[value.op.name], terms)
+        if is_op(value, "relax.mean"):
+            chained = relax.op.divide(chained, relax.const(len(terms), str(var.ty.dtype)))
+        plan[var] = chained
     return plan
 
 
-def _summands(call, values: dict) -> list[relax.Expr] | None:
-    """The tensors that `sum(stack([broadcast_to(t, s), ...], axis=0), axis=[0])` adds up."""
-    if not is_op(call, "relax.sum") or call.attrs.keepdims or call.attrs.axis is None:
+def _terms(call, values: dict) -> list[relax.Expr] | None:
+    """The tensors that `reduce(stack([broadcast_to(t, s), ...], axis=0), axis=[0])` reduces."""
+    if not is_op(call, *_CHAINS) or call.attrs.keepdims or call.attrs.axis is None:
         return None
     if [int(a) for a in call.attrs.axis] != [0] or not isinstance(call.args[0], relax.Var):
         return None
