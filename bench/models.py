@@ -1,12 +1,15 @@
-"""tvm_fuse next to ONNX Runtime over the benchmark model list, at batch 1 and 8: latency,
-ratio, GFLOP/s and percent of the machine's measured FMA peak. See docs/benchmarks.md.
+"""tvm_fuse next to ONNX Runtime and OpenVINO over the benchmark model list, at batch 1 and 8:
+latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See docs/benchmarks.md.
 
     python bench/models.py [--models resnet50 resnet18 ...] [--batches 1 8] [--repeat 20]
-                           [--warmup 3] [--threads N] [--out bench/results]
+                           [--warmup 3] [--threads N] [--out bench/results] [--no-openvino]
                            [--int8 [--calib-method entropy] [--calib-samples 16] [--agreement-samples 100]]
 
 Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
 ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
+
+In fp32, OpenVINO (its CPU plugin, f32, latency hint) takes turns with the other two in the
+same run; --no-openvino leaves it out. With --int8 it is left out as well.
 
 With --int8, each model also runs in int8 in tvm_fuse and in ONNX Runtime (its static QDQ
 model), both calibrated on the same random feeds; one run alternates all four runtimes, and
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import math
 import platform
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,21 +35,24 @@ import tvm
 import tvm_fuse
 from tvm_fuse.benchmark import Latency, random_feed
 from tvm_fuse.compare import (
-    compare,
     differences,
     onnxruntime_session,
     time_alternating,
     top1_agreement,
 )
 from tvm_fuse.flops import model_flops
+from tvm_fuse.frontend.fixups import apply_fixups
+from tvm_fuse.frontend.importer import set_input_shapes
+from tvm_fuse.frontend.load import load_model
 from tvm_fuse.models import named_model
+from tvm_fuse.models.real import REAL_MODELS, real_model_feed, real_model_path
 from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_int8_model
 from tvm_fuse.peak import measure_peak
 from tvm_fuse.quantization.config import METHODS
 from tvm_fuse.target import host_cores, host_cpu
 
 CNNS = ["resnet50", "inception_v1", "vgg19", "squeezenet", "densenet121", "mobilenet_v2", "resnet18"]
-MODELS = [*CNNS, "transformer_encoder"]
+MODELS = [*CNNS, "transformer_encoder", *REAL_MODELS]
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
@@ -56,17 +64,52 @@ def cpu_model() -> str:
         return platform.processor()
 
 
+class OpenVINOSession:
+    """An ONNX model compiled by OpenVINO's CPU plugin for latency on `num_threads` threads,
+    run like an ONNX Runtime session: `run(None, feed)` returns the outputs in the graph's order.
+    `precision` is OpenVINO's inference precision hint: "f32", or "bf16" to let it compute in
+    bfloat16 where the CPU supports it."""
+
+    def __init__(self, model: onnx.ModelProto, num_threads: int, precision: str = "f32"):
+        try:
+            import openvino
+        except ImportError:
+            raise ImportError("timing OpenVINO needs it installed: pip install 'tvm_fuse[bench]', "
+                              "or pass --no-openvino") from None
+        core = openvino.Core()
+        config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": num_threads,
+                  "PERFORMANCE_HINT": "LATENCY"}
+        # read_model takes the serialized ONNX model as bytes (a str would be read as a path).
+        self.compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.output_names = [output.name for output in model.graph.output]
+
+    def run(self, output_names, feed: dict) -> list[np.ndarray]:
+        result = self.request.infer(feed, share_inputs=True)  # reads the feed's arrays in place
+        return [result[name] for name in output_names or self.output_names]
+
+
+def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]:
+    """The model at a static `batch` (the light models rebatched from 1, the real models given
+    their feed's shapes), and the real models' feed in their own range (None: random)."""
+    if name not in REAL_MODELS:
+        return named_model(name, batch=batch), None
+    feed = real_model_feed(name, batch)
+    return set_input_shapes(load_model(real_model_path(name)), {k: v.shape for k, v in feed.items()}), feed
+
+
 def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
     row = {"model": name, "batch": batch}
-    onnx_model = named_model(name, batch=batch)  # static; the light models rebatched from 1
-    flops = model_flops(onnx_model)
+    onnx_model, feed = model_and_feed(name, batch)
+    flops = model_flops(apply_fixups(onnx_model))  # folded shape arithmetic: static shapes throughout
+    started = time.monotonic()
     model = tvm_fuse.build(onnx_model, tuning_logs=[] if args.untuned else None)
-    feed = random_feed(model.get_inputs(), dims={"batch": batch})
+    row["compile_s"] = time.monotonic() - started
+    feed = feed or random_feed(model.get_inputs(), dims={"batch": batch})
     if args.int8:
         ours_latency, theirs_latency, max_rel_diff, int8 = bench_int8(onnx_model, model, feed, batch, args)
     else:
-        result = compare(model, onnx_model, feed, args.threads, args.warmup, args.repeat)
-        ours_latency, theirs_latency, max_rel_diff, int8 = result.tvm_fuse, result.onnxruntime, result.max_rel_diff, {}
+        ours_latency, theirs_latency, max_rel_diff, int8 = bench_fp32(onnx_model, model, feed, args)
     ours, theirs = ours_latency.median_ms, theirs_latency.median_ms
     return {
         **row, "gflops": flops / 1e9, "tvm_fuse_ms": ours, "onnxruntime_ms": theirs,
@@ -77,6 +120,24 @@ def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
         "tvm_fuse_latency": ours_latency.__dict__, "onnxruntime_latency": theirs_latency.__dict__,
         "max_rel_diff": max_rel_diff, **int8,
     }
+
+
+def bench_fp32(onnx_model, model, feed: dict, args) -> tuple[Latency, Latency, float, dict]:
+    """tvm_fuse's and ONNX Runtime's latencies, their largest output difference, and the
+    OpenVINO columns (none with --no-openvino), from one run in which the three take turns."""
+    runtimes = {"ours": model, "theirs": onnxruntime_session(onnx_model, args.threads)}
+    if not args.no_openvino:
+        runtimes["openvino"] = OpenVINOSession(onnx_model, args.threads)
+    times = time_alternating(runtimes, feed, args.threads, args.warmup, args.repeat)
+    outputs = {name: runtime.run(None, feed) for name, runtime in runtimes.items()}
+    _, max_rel_diff = differences(outputs["ours"], outputs["theirs"])
+    openvino = {}
+    if "openvino" in runtimes:
+        openvino_ms = times["openvino"].median_ms
+        openvino = {"openvino_ms": openvino_ms, "ratio_openvino": openvino_ms / times["ours"].median_ms,
+                    "openvino_latency": times["openvino"].__dict__,
+                    "openvino_max_rel_diff": differences(outputs["openvino"], outputs["theirs"])[1]}
+    return times["ours"], times["theirs"], max_rel_diff, openvino
 
 
 def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency, Latency, float, dict]:
@@ -117,21 +178,30 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
     return times["ours"], times["theirs"], max_rel_diff, int8
 
 
-def geomean_cnn_batch1(rows: list[dict]) -> float | None:
-    ratios = [r["ratio"] for r in rows if r["model"] in CNNS and r["batch"] == 1 and "ratio" in r]
+def geomean_batch1(rows: list[dict], models, key: str = "ratio") -> float | None:
+    ratios = [r[key] for r in rows if r["model"] in models and r["batch"] == 1 and key in r]
     return math.exp(np.mean(np.log(ratios))) if ratios else None
 
 
-def print_table(rows: list[dict], geomean: float | None) -> None:
-    head = ("model", "batch", "GFLOPs", "tvm_fuse ms", "ORT ms", "ORT/ours", "ours GF/s", "ORT GF/s",
-            "ours %pk", "ORT %pk")
-    print(("{:20}{:>6}" + "{:>12}" * 8).format(*head))
+def print_table(rows: list[dict], geomeans: dict[str, tuple[float | None, float | None]]) -> None:
+    with_openvino = any("openvino_ms" in r for r in rows)
+    openvino_head = ("OV ms", "OV/ours") if with_openvino else ()
+    head = ("model", "batch", "GFLOPs", "tvm_fuse ms", "ORT ms", "ORT/ours", *openvino_head,
+            "ours GF/s", "ORT GF/s", "ours %pk", "ORT %pk", "compile s", "rel err")
+    print(("{:20}{:>6}" + "{:>12}" * (len(head) - 2)).format(*head))
     for r in rows:
+        openvino = ""
+        if with_openvino:
+            openvino = (f"{r['openvino_ms']:12.2f}{r['ratio_openvino']:11.2f}x" if "openvino_ms" in r
+                        else f"{'n/a':>12}{'n/a':>12}")
         print(f"{r['model']:20}{r['batch']:6}{r['gflops']:12.2f}{r['tvm_fuse_ms']:12.2f}{r['onnxruntime_ms']:12.2f}"
-              f"{r['ratio']:11.2f}x{r['tvm_fuse_gflops_per_s']:12.1f}{r['onnxruntime_gflops_per_s']:12.1f}"
-              f"{r['tvm_fuse_pct_peak']:11.1f}%{r['onnxruntime_pct_peak']:11.1f}%")
-    if geomean is not None:
-        print(f"geomean ORT/ours over the CNNs at batch 1: {geomean:.2f}x (above 1: tvm_fuse is faster)")
+              f"{r['ratio']:11.2f}x{openvino}{r['tvm_fuse_gflops_per_s']:12.1f}{r['onnxruntime_gflops_per_s']:12.1f}"
+              f"{r['tvm_fuse_pct_peak']:11.1f}%{r['onnxruntime_pct_peak']:11.1f}%{r['compile_s']:12.1f}"
+              f"{r['max_rel_diff']:12.1e}")
+    for group, (geomean, geomean_openvino) in geomeans.items():
+        if geomean is not None:
+            openvino = f", OV/ours {geomean_openvino:.2f}x" if geomean_openvino is not None else ""
+            print(f"geomean over the {group} at batch 1: ORT/ours {geomean:.2f}x{openvino} (above 1: tvm_fuse is faster)")
 
 
 def print_int8_table(rows: list[dict]) -> None:
@@ -188,8 +258,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--untuned", action="store_true",
                         help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
-    parser.add_argument("--threads", type=int, default=host_cores(), help="for both runtimes and the peak (default: all cores)")
+    parser.add_argument("--threads", type=int, default=host_cores(), help="for every runtime and the peak (default: all cores)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the fp32 runs")
     parser.add_argument("--int8", action="store_true",
                         help="also time each model in int8, in tvm_fuse and in ONNX Runtime, and their top-1 agreement")
     parser.add_argument("--calib-method", choices=METHODS, default="entropy", help="for --int8 (default entropy)")
@@ -204,15 +275,19 @@ def main() -> None:
     rows = []
     for name in args.models:
         for batch in args.batches:
+            if batch != 1 and name in REAL_MODELS and REAL_MODELS[name].batch_fixed:
+                continue  # the export fixes batch 1
             rows.append(bench(name, batch, args, peak.gflops))
-    geomean = geomean_cnn_batch1(rows)
-    print_table(rows, geomean)
+    geomeans = {group: (geomean_batch1(rows, models), geomean_batch1(rows, models, "ratio_openvino"))
+                for group, models in (("CNNs", CNNS), ("real models", REAL_MODELS))}
+    print_table(rows, geomeans)
     if args.int8:
         print_int8_table(rows)
 
     args.out.mkdir(parents=True, exist_ok=True)
+    openvino = any("openvino_ms" in r for r in rows)
     settings = {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup, "untuned": args.untuned,
-                "int8": args.int8}
+                "int8": args.int8, "openvino": openvino}
     if args.int8:
         settings.update(calib_method=args.calib_method, calib_samples=args.calib_samples,
                         agreement_samples=args.agreement_samples, onnxruntime_int8=ORT_INT8_SCHEME)
@@ -221,11 +296,15 @@ def main() -> None:
         "machine": {"cpu": cpu_model(), "llvm_cpu": host_cpu(), "features": sorted(tvm_fuse.host_features()),
                     "cores": host_cores()},
         "versions": {"tvm_fuse": tvm_fuse.__version__, "tvm": tvm.__version__,
-                     "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__},
+                     "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__,
+                     **({"openvino": importlib.metadata.version("openvino")} if openvino else {})},
         "settings": settings,
         "peak": peak.to_json(),
         "results": rows,
-        "geomean_ratio_cnn_batch1": geomean,
+        "geomean_ratio_cnn_batch1": geomeans["CNNs"][0],
+        "geomean_ratio_openvino_cnn_batch1": geomeans["CNNs"][1],
+        "geomean_ratio_real_batch1": geomeans["real models"][0],
+        "geomean_ratio_openvino_real_batch1": geomeans["real models"][1],
     }
     (args.out / "models.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(rows, args.batches, args.out / "models.png")

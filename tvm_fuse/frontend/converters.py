@@ -11,6 +11,8 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from .recurrent import gru, lstm
+
 
 def _bound(value, default: float) -> float | None:
     """A clip bound as a float: None for one computed at run time; NaN means no bound (ORT)."""
@@ -111,6 +113,8 @@ def squeeze(bb, inputs, attrs, opset):
 CONVERTERS = {
     "Clip": clip,
     "Expand": expand,
+    "GRU": gru,
+    "LSTM": lstm,
     "PRelu": prelu,
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,

@@ -141,14 +141,36 @@ def _evaluated(node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onn
 
 def fold_shape_arithmetic(model: onnx.ModelProto) -> onnx.ModelProto:
     """Shape (and Size) of a tensor whose shape is static -> a Constant; then every node whose
-    inputs are all small constants -> a Constant of its outputs, computed by ONNX's reference.
-    Repeated while it folds: a Reshape given a constant shape gives shape inference the static
-    shape of the tensors after it."""
+    inputs are all small constants -> a Constant of its outputs, computed by ONNX's reference;
+    an If whose condition is now a constant -> the branch it takes. Repeated while it folds: a
+    Reshape given a constant shape gives shape inference the static shape of the tensors after
+    it."""
     while True:
-        folded = _fold_once(model)
-        if sum(n.op_type == "Constant" for n in folded.graph.node) == sum(n.op_type == "Constant" for n in model.graph.node):
+        folded = _inline_constant_ifs(_fold_once(model))
+        if [n.op_type for n in folded.graph.node] == [n.op_type for n in model.graph.node]:
             return folded
         model = folded
+
+
+def _inline_constant_ifs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """An If whose condition folded to a constant -> the nodes of the branch it takes, its
+    outputs as Identity nodes named after the If (ONNX keeps names unique across subgraphs)."""
+    constants = constant_values(model.graph)
+    taken = []
+
+    def rewrite(node):
+        if node.op_type != "If" or node.input[0] not in constants:
+            return [node]
+        branch_name = "then_branch" if bool(constants[node.input[0]].reshape(-1)[0]) else "else_branch"
+        branch = next(a.g for a in node.attribute if a.name == branch_name)
+        taken.append(branch)
+        return [*branch.node, *(helper.make_node("Identity", [inner.name], [outer], name=node.name)
+                                for inner, outer in zip(branch.output, node.output))]
+
+    inlined = _replace_nodes(model, rewrite)
+    for branch in taken:
+        inlined.graph.initializer.extend(branch.initializer)
+    return inlined
 
 
 def _fold_once(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -197,7 +219,8 @@ FIXUPS = (
         "Shape -> Cast -> Slice -> Cast -> Concat -> Reshape). The importer folds such chains "
         "only while they stay shape expressions, which a Cast ends ('Reshape requires the input "
         "new shape to be Shape', 'Dynamic pads are not supported'). Where the shapes are static "
-        "(input_shapes), the chain is a constant.",
+        "(input_shapes), the chain is a constant; so may an If's condition be (silero-vad), "
+        "whose branch is then inlined.",
     ),
     Fixup(
         "fold_constant_of_shape",

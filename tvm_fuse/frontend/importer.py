@@ -152,6 +152,9 @@ class _NamingImporter(ONNXGraphImporter):
         self._node_indices = {tuple(node.output): i for i, node in enumerate(graph.node)}
         self._current_node: int | None = None
 
+    def _check_for_unsupported_ops(self, graph):
+        """Done before import by `support.check_supported`, which knows our converters too."""
+
     def _parse_value_proto(self, value_proto):
         if isinstance(value_proto, onnx.NodeProto):  # called once per node, just before converting it
             self._current_node = self._node_indices.get(tuple(value_proto.output))

@@ -6,16 +6,19 @@ import onnx
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
 from ..errors import UnsupportedNode, UnsupportedOpsError
+from .converters import CONVERTERS
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
-# Handled by the importer itself rather than by a converter.
-_BUILTIN_OPS = frozenset({"Constant", "If"})
+# Handled by the importer itself, or by our converters rather than TVM's.
+_BUILTIN_OPS = frozenset({"Constant", "If", *CONVERTERS})
 # Ops TVM converts only when some inputs are known at build time: op -> those inputs' positions.
 _BUILD_TIME_INPUTS = {
     "SplitToSequence": (1,),  # split sizes
     "SequenceAt": (1,),  # positions
     "SequenceErase": (1,),
     "SequenceInsert": (2,),
+    "LSTM": (4,),  # sequence_lens
+    "GRU": (4,),
 }
 
 

@@ -1,0 +1,195 @@
+"""ONNX LSTM and GRU as Relax: the loop over time unrolled around dense products.
+
+TVM 0.27's importer has no LSTM or GRU. Here the input's product with the gate weights is one
+matmul over the whole sequence, and each step adds the hidden state's product (a dense layer
+on [batch, hidden]) and the gates' elementwise math, which TVM fuses into a kernel per step.
+The sequence length must be known at build time (`input_shapes`); every direction, initial
+states, biases, LSTM peepholes, `clip`, GRU's `linear_before_reset`, `layout` 0 and 1, and the
+activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal the sequence length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+ACTIVATIONS = {
+    "sigmoid": relax.op.sigmoid,
+    "tanh": relax.op.tanh,
+    "relu": relax.op.nn.relu,
+}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _activations(attrs, defaults: list[str], directions: int) -> list:
+    names = [_text(a).lower() for a in attrs.get("activations", [])] or defaults * directions
+    unknown = sorted(set(names) - set(ACTIVATIONS))
+    if unknown:
+        raise NotImplementedError(f"activations {unknown} (supported: {sorted(ACTIVATIONS)})")
+    return [ACTIVATIONS[n] for n in names]
+
+
+def _direction(tensor, index: int):
+    """`tensor[index]` of a per-direction tensor ([directions, ...] -> [...])."""
+    return relax.op.squeeze(relax.op.strided_slice(tensor, axes=[0], begin=[index], end=[index + 1]), axis=[0])
+
+
+def _step(sequence, t: int):
+    """`sequence[t]` of a [seq, ...] tensor."""
+    return _direction(sequence, t)
+
+
+def _split(bb, expr, sections) -> list:
+    """The parts of `expr` split along its last axis, each bound."""
+    parts = bb.emit(relax.op.split(expr, sections, axis=-1))
+    count = sections if isinstance(sections, int) else len(sections) + 1
+    return [bb.emit(relax.TupleGetItem(parts, k)) for k in range(count)]
+
+
+class _Recurrence:
+    """What LSTM and GRU share: reading inputs and attributes, and assembling the outputs."""
+
+    def __init__(self, bb, inputs, attrs, gates: int):
+        self.bb = bb
+        x, self.w, self.r = inputs[:3]
+        optional = list(inputs[3:]) + [None] * 5
+        self.bias, lengths, self.h0 = optional[0], optional[1], optional[2]
+        self.rest = optional[3:]
+        self.hidden = int(attrs["hidden_size"])
+        self.batch_first = int(attrs.get("layout", 0)) == 1
+        self.x = bb.emit(relax.op.permute_dims(x, [1, 0, 2])) if self.batch_first else x
+        self.clip = attrs.get("clip")
+        self.gates = gates
+        direction = _text(attrs.get("direction", "forward"))
+        self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
+        seq = self.x.ty.shape[0]
+        if not isinstance(seq, tvm.tirx.IntImm):
+            raise NotImplementedError("a sequence length computed at run time (give it with input_shapes)")
+        self.seq = int(seq)
+        self.batch = self.x.ty.shape[1]
+        if lengths is not None:
+            if not isinstance(lengths, GenericConst) or not (lengths.value.numpy() == self.seq).all():
+                raise NotImplementedError("sequence_lens other than the whole sequence")
+
+    def emit(self, expr):
+        return self.bb.emit(expr)
+
+    def input_products(self, d: int):
+        """x @ W[d]^T (+ W's bias) for every step at once: [seq, batch, gates * hidden]."""
+        products = relax.op.matmul(self.x, relax.op.permute_dims(_direction(self.w, d)))
+        if self.bias is not None:
+            bias = _direction(self.bias, d)
+            size = self.gates * self.hidden
+            products = relax.op.add(products, relax.op.strided_slice(bias, axes=[0], begin=[0], end=[size]))
+        return self.emit(products)
+
+    def recurrent_bias(self, d: int):
+        if self.bias is None:
+            return None
+        size = self.gates * self.hidden
+        return self.emit(relax.op.strided_slice(_direction(self.bias, d), axes=[0], begin=[size], end=[2 * size]))
+
+    def initial(self, state, d: int):
+        if state is None:
+            return self.emit(relax.op.zeros(relax.ShapeExpr([self.batch, self.hidden]), str(self.x.ty.dtype)))
+        if self.batch_first:  # [batch, directions, hidden]
+            state = relax.op.permute_dims(state, [1, 0, 2])
+        return self.emit(_direction(state, d))
+
+    def clipped(self, expr):
+        return relax.op.clip(expr, -float(self.clip), float(self.clip)) if self.clip is not None else expr
+
+    def steps(self, d: int):
+        order = range(self.seq)
+        return reversed(order) if self.reverse[d] else order
+
+    def outputs(self, sequences: list[list], finals: list[list]):
+        """Y [seq, directions, batch, hidden] and each final state [directions, batch, hidden]
+        (batch first when `layout` is 1), from each direction's per-step hidden states in time
+        order and its final states."""
+        def stacked(tensors, axis):
+            return relax.op.concat([relax.op.expand_dims(t, axis) for t in tensors], axis=axis)
+
+        y = stacked([self.emit(stacked(hs, 0)) for hs in sequences], 1)
+        states = [stacked(list(state), 0) for state in zip(*finals)]
+        if self.batch_first:
+            y = relax.op.permute_dims(y, [2, 0, 1, 3])
+            states = [relax.op.permute_dims(s, [1, 0, 2]) for s in states]
+        return relax.Tuple([self.emit(y)] + [self.emit(s) for s in states])
+
+
+def lstm(bb, inputs, attrs, opset):
+    """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c."""
+    rnn = _Recurrence(bb, inputs, attrs, gates=4)
+    if int(attrs.get("input_forget", 0)):
+        raise NotImplementedError("input_forget=1")
+    c0, peepholes = rnn.rest[0], rnn.rest[1]
+    act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
+    sequences, finals = [], []
+    for d in range(len(rnn.reverse)):
+        f, g, h_act = act[3 * d: 3 * d + 3]
+        xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
+        rt = rnn.emit(relax.op.permute_dims(_direction(rnn.r, d)))
+        p = [rnn.emit(relax.op.strided_slice(_direction(peepholes, d), axes=[0], begin=[k * rnn.hidden],
+                                             end=[(k + 1) * rnn.hidden])) for k in range(3)] if peepholes is not None else None
+        h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
+        hs = {}
+        for t in rnn.steps(d):
+            gates = relax.op.add(_step(xw, t), relax.op.matmul(h, rt))
+            gates = rnn.emit(relax.op.add(gates, rb) if rb is not None else gates)
+            i, o, forget, cell = _split(bb, gates, 4)
+            if p is not None:
+                i, forget = relax.op.add(i, relax.op.multiply(p[0], c)), relax.op.add(forget, relax.op.multiply(p[2], c))
+            i, forget, cell = f(rnn.clipped(i)), f(rnn.clipped(forget)), g(rnn.clipped(cell))
+            c = rnn.emit(relax.op.add(relax.op.multiply(forget, c), relax.op.multiply(i, cell)))
+            if p is not None:
+                o = relax.op.add(o, relax.op.multiply(p[1], c))
+            h = rnn.emit(relax.op.multiply(f(rnn.clipped(o)), h_act(c)))
+            hs[t] = h
+        sequences.append([hs[t] for t in range(rnn.seq)])
+        finals.append((h, c))
+    return rnn.outputs(sequences, finals)
+
+
+def gru(bb, inputs, attrs, opset):
+    """ONNX GRU (gates z, r, h): Y, Y_h."""
+    rnn = _Recurrence(bb, inputs, attrs, gates=3)
+    linear_before_reset = int(attrs.get("linear_before_reset", 0))
+    act = _activations(attrs, ["sigmoid", "tanh"], len(rnn.reverse))
+    hidden = rnn.hidden
+    sequences, finals = [], []
+    for d in range(len(rnn.reverse)):
+        f, g = act[2 * d: 2 * d + 2]
+        xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
+        rt = rnn.emit(relax.op.permute_dims(_direction(rnn.r, d)))  # [hidden, 3 * hidden]
+        rt_zr = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[0], end=[2 * hidden]))
+        rt_h = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[2 * hidden], end=[3 * hidden]))
+        rb_zr, rb_h = ((rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[0], end=[2 * hidden])),
+                        rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[2 * hidden], end=[3 * hidden])))
+                       if rb is not None else (None, None))
+        h = rnn.initial(rnn.h0, d)
+        hs = {}
+        for t in rnn.steps(d):
+            x_zr, x_h = _split(bb, rnn.emit(_step(xw, t)), [2 * hidden])
+            zr = relax.op.add(x_zr, relax.op.matmul(h, rt_zr))
+            zr = rnn.emit(relax.op.add(zr, rb_zr) if rb_zr is not None else zr)
+            z, r = (rnn.emit(f(rnn.clipped(part))) for part in _split(bb, zr, 2))
+            if linear_before_reset:
+                recurrent = relax.op.matmul(h, rt_h)
+                recurrent = relax.op.add(recurrent, rb_h) if rb_h is not None else recurrent
+                candidate = relax.op.add(x_h, relax.op.multiply(r, recurrent))
+            else:
+                candidate = relax.op.add(x_h, relax.op.matmul(relax.op.multiply(r, h), rt_h))
+                candidate = relax.op.add(candidate, rb_h) if rb_h is not None else candidate
+            candidate = rnn.emit(g(rnn.clipped(candidate)))
+            one = relax.const(np.ones((), str(rnn.x.ty.dtype)))
+            h = rnn.emit(relax.op.add(relax.op.multiply(relax.op.subtract(one, z), candidate), relax.op.multiply(z, h)))
+            hs[t] = h
+        sequences.append([hs[t] for t in range(rnn.seq)])
+        finals.append((h,))
+    return rnn.outputs(sequences, finals)
