@@ -21,6 +21,7 @@ from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.leaky_relu_to_max import LeakyReluToMax
+from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
@@ -40,7 +41,8 @@ from .tuning.database import TuningDatabase
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
-    one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, Gemm / MatMul + Add as dense + bias,
+    one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, Gemm / MatMul +
+    Add as dense + bias, a transposed conv whose kernel is its stride as a 1x1 conv,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
     layout conversion can follow)."""
@@ -50,6 +52,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         StackedReductionToBinary(),
         RemoveNoOps(),
         CanonicalizeDense(),
+        ConvTransposeAsConv(),
         FoldBatchNorm(fold_into),
         ClipToMinMax(),
         LeakyReluToMax(),

@@ -1,0 +1,48 @@
+"""ConvTransposeAsConv: a transposed conv whose kernel is its stride becomes a 1x1 conv and a
+depth-to-space, with ONNX Runtime's results; other transposed convs are left alone."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tvm import relax
+
+import tvm_fuse
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tvm_fuse.frontend import relax_module
+from tvm_fuse.transform.conv_transpose_as_conv import ConvTransposeAsConv
+
+
+def _upsample(kernel: int, stride: int, pads=(0, 0, 0, 0), output_padding=(0, 0)):
+    """x[1, 16, 10, 12] -> ConvTranspose(16 -> 8, kernel, stride) with a bias -> Relu."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((16, 8, kernel, kernel)).astype(np.float32) * 0.2, "w"),
+               numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["up"], name="up", kernel_shape=[kernel, kernel],
+                          strides=[stride, stride], pads=list(pads), output_padding=list(output_padding)),
+         helper.make_node("Relu", ["up"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, None, None])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _transposed_convs(model) -> int:
+    mod = ConvTransposeAsConv()(relax.transform.FoldConstant()(relax_module(model).mod))
+    return sum(1 for b in mod["main"].body.blocks[0].bindings
+               if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.nn.conv2d_transpose")
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("kernel, stride, pads, output_padding, rewritten", [
+    (2, 2, (0, 0, 0, 0), (0, 0), True),  # PP-OCR det's upsampling head
+    (4, 4, (0, 0, 0, 0), (0, 0), True),
+    (3, 2, (1, 1, 1, 1), (1, 1), False),  # overlapping tiles: TVM's kernel
+    (2, 1, (0, 0, 0, 0), (0, 0), False),
+])
+def test_matches_onnxruntime(kernel, stride, pads, output_padding, rewritten):
+    model = _upsample(kernel, stride, pads, output_padding)
+    assert _transposed_convs(model) == (0 if rewritten else 1)
+    x = {"x": np.random.default_rng(1).standard_normal((1, 16, 10, 12)).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, AVX512_TARGET).run(None, x), ort_outputs(model, x))
