@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -46,7 +47,7 @@ class CompileError(TvmFuseError):
     """The model was read but could not be imported or compiled."""
 
     @classmethod
-    def of(cls, error: Exception, doing: str, target: str, nodes: list[str] = ()) -> "CompileError":
+    def of(cls, error: Exception, doing: str, target: str, nodes: Sequence[str] = ()) -> "CompileError":
         """The error for `error` raised while `doing` (e.g. "compiling"): cause first, then the
         ONNX nodes it names, then the target (in its brief form)."""
         cause = str(error).strip() or type(error).__name__

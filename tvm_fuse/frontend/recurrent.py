@@ -34,14 +34,9 @@ def _activations(attrs, defaults: list[str], directions: int) -> list:
     return [ACTIVATIONS[n] for n in names]
 
 
-def _direction(tensor, index: int):
-    """`tensor[index]` of a per-direction tensor ([directions, ...] -> [...])."""
+def _index(tensor, index: int):
+    """`tensor[index]` along axis 0: a direction's weights or state, a step of a sequence."""
     return relax.op.squeeze(relax.op.strided_slice(tensor, axes=[0], begin=[index], end=[index + 1]), axis=[0])
-
-
-def _step(sequence, t: int):
-    """`sequence[t]` of a [seq, ...] tensor."""
-    return _direction(sequence, t)
 
 
 def _split(bb, expr, sections) -> list:
@@ -81,9 +76,9 @@ class _Recurrence:
 
     def input_products(self, d: int):
         """x @ W[d]^T (+ W's bias) for every step at once: [seq, batch, gates * hidden]."""
-        products = relax.op.matmul(self.x, relax.op.permute_dims(_direction(self.w, d)))
+        products = relax.op.matmul(self.x, relax.op.permute_dims(_index(self.w, d)))
         if self.bias is not None:
-            bias = _direction(self.bias, d)
+            bias = _index(self.bias, d)
             size = self.gates * self.hidden
             products = relax.op.add(products, relax.op.strided_slice(bias, axes=[0], begin=[0], end=[size]))
         return self.emit(products)
@@ -92,14 +87,14 @@ class _Recurrence:
         if self.bias is None:
             return None
         size = self.gates * self.hidden
-        return self.emit(relax.op.strided_slice(_direction(self.bias, d), axes=[0], begin=[size], end=[2 * size]))
+        return self.emit(relax.op.strided_slice(_index(self.bias, d), axes=[0], begin=[size], end=[2 * size]))
 
     def initial(self, state, d: int):
         if state is None:
             return self.emit(relax.op.zeros(relax.ShapeExpr([self.batch, self.hidden]), str(self.x.ty.dtype)))
         if self.batch_first:  # [batch, directions, hidden]
             state = relax.op.permute_dims(state, [1, 0, 2])
-        return self.emit(_direction(state, d))
+        return self.emit(_index(state, d))
 
     def clipped(self, expr):
         return relax.op.clip(expr, -float(self.clip), float(self.clip)) if self.clip is not None else expr
@@ -134,13 +129,13 @@ def lstm(bb, inputs, attrs, opset):
     for d in range(len(rnn.reverse)):
         f, g, h_act = act[3 * d: 3 * d + 3]
         xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
-        rt = rnn.emit(relax.op.permute_dims(_direction(rnn.r, d)))
-        p = [rnn.emit(relax.op.strided_slice(_direction(peepholes, d), axes=[0], begin=[k * rnn.hidden],
+        rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
+        p = [rnn.emit(relax.op.strided_slice(_index(peepholes, d), axes=[0], begin=[k * rnn.hidden],
                                              end=[(k + 1) * rnn.hidden])) for k in range(3)] if peepholes is not None else None
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
         hs = {}
         for t in rnn.steps(d):
-            gates = relax.op.add(_step(xw, t), relax.op.matmul(h, rt))
+            gates = relax.op.add(_index(xw, t), relax.op.matmul(h, rt))
             gates = rnn.emit(relax.op.add(gates, rb) if rb is not None else gates)
             i, o, forget, cell = _split(bb, gates, 4)
             if p is not None:
@@ -166,16 +161,17 @@ def gru(bb, inputs, attrs, opset):
     for d in range(len(rnn.reverse)):
         f, g = act[2 * d: 2 * d + 2]
         xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
-        rt = rnn.emit(relax.op.permute_dims(_direction(rnn.r, d)))  # [hidden, 3 * hidden]
+        rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))  # [hidden, 3 * hidden]
         rt_zr = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[0], end=[2 * hidden]))
         rt_h = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[2 * hidden], end=[3 * hidden]))
         rb_zr, rb_h = ((rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[0], end=[2 * hidden])),
                         rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[2 * hidden], end=[3 * hidden])))
                        if rb is not None else (None, None))
         h = rnn.initial(rnn.h0, d)
+        one = relax.const(np.ones((), str(rnn.x.ty.dtype)))
         hs = {}
         for t in rnn.steps(d):
-            x_zr, x_h = _split(bb, rnn.emit(_step(xw, t)), [2 * hidden])
+            x_zr, x_h = _split(bb, rnn.emit(_index(xw, t)), [2 * hidden])
             zr = relax.op.add(x_zr, relax.op.matmul(h, rt_zr))
             zr = rnn.emit(relax.op.add(zr, rb_zr) if rb_zr is not None else zr)
             z, r = (rnn.emit(f(rnn.clipped(part))) for part in _split(bb, zr, 2))
@@ -187,7 +183,6 @@ def gru(bb, inputs, attrs, opset):
                 candidate = relax.op.add(x_h, relax.op.matmul(relax.op.multiply(r, h), rt_h))
                 candidate = relax.op.add(candidate, rb_h) if rb_h is not None else candidate
             candidate = rnn.emit(g(rnn.clipped(candidate)))
-            one = relax.const(np.ones((), str(rnn.x.ty.dtype)))
             h = rnn.emit(relax.op.add(relax.op.multiply(relax.op.subtract(one, z), candidate), relax.op.multiply(z, h)))
             hs[t] = h
         sequences.append([hs[t] for t in range(rnn.seq)])
