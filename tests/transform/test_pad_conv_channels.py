@@ -1,4 +1,5 @@
-"""A conv head of 1000 channels computes 1024 with zero weights, cut back after its chain."""
+"""A conv head of 1000 channels computes 1024 with zero weights, cut back after its chain; a
+dense head of 6625 columns likewise computes 6656."""
 
 from __future__ import annotations
 
@@ -54,3 +55,21 @@ def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
 def test_channel_counts_padding_would_cost_much_are_left_alone(channels):
     mod = _head(channels)
     assert tvm_ffi.structural_equal(PadConvChannels(16)(mod), mod)
+
+
+def test_a_dense_head_runs_padded_and_is_cut_on_its_last_axis():
+    """x[40, 120] @ W[120, 6625] + bias -> relu, as PP-OCRv4 rec's character head: 6656 columns
+    pack in vector blocks, 6625 did not (the kernel ran one column at a time)."""
+
+    def build(bb, x):
+        dense = bb.emit(relax.op.matmul(x, _const(120, 6625)))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(dense, _const(6625)))))
+
+    mod = module({"x": (40, 120)}, build)
+    padded = PadConvChannels(16)(mod)
+    assert _ops(padded) == ["relax.matmul", "relax.add", "relax.nn.relu", "relax.strided_slice"]
+    dense = next(b.value for block in padded["main"].body.blocks for b in block.bindings
+                 if isinstance(b.value, relax.Call) and b.value.op.name == "relax.matmul")
+    assert [int(d) for d in dense.ty.shape] == [40, 6656]
+    x = _RNG.standard_normal((40, 120)).astype("float32")
+    np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
