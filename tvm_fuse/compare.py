@@ -1,5 +1,5 @@
-"""tvm_fuse next to ONNX Runtime on the same model, inputs and thread count (`compare`), or any
-set of runtimes, such as both in fp32 and in int8 (`time_alternating`).
+"""tvm_fuse next to other runtimes (ONNX Runtime, OpenVINO, tvm_fuse in int8) on the same
+model, inputs and thread count (`time_alternating`), and the differences of their outputs.
 
 They alternate in short blocks (a few runs of ours, a few of theirs, ...) so that a noisy
 neighbour on a shared machine slows all alike; the ratio of medians is the figure to read,
@@ -14,14 +14,13 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import onnx
 
 from .benchmark import Latency
-from .compiled_model import CompiledModel, set_num_threads
+from .compiled_model import set_num_threads
 
 SETTLE_S = 0.05
 
@@ -30,19 +29,6 @@ class Runtime(Protocol):
     """A `CompiledModel` or an ONNX Runtime `InferenceSession`: both run as `run(None, feed)`."""
 
     def run(self, output_names, feed: dict) -> list[np.ndarray]: ...
-
-
-@dataclass(frozen=True)
-class Comparison:
-    tvm_fuse: Latency
-    onnxruntime: Latency
-    max_abs_diff: float  # over all outputs
-    max_rel_diff: float  # max |ours - ref| / max |ref|, per output, worst output
-
-    @property
-    def speedup(self) -> float:
-        """ONNX Runtime's median over ours: above 1 means tvm_fuse is faster."""
-        return self.onnxruntime.median_ms / self.tvm_fuse.median_ms
 
 
 def onnxruntime_session(model: onnx.ModelProto, num_threads: int):
@@ -70,19 +56,6 @@ def differences(ours: list[np.ndarray], reference: list[np.ndarray]) -> tuple[fl
         abs_diff = max(abs_diff, diff)
         rel_diff = max(rel_diff, diff / scale if scale else diff)
     return abs_diff, rel_diff
-
-
-def compare(model: CompiledModel, onnx_model: onnx.ModelProto, feed: dict,
-            num_threads: int, warmup: int = 3, repeat: int = 20, block: int = 5) -> Comparison:
-    """Time both runtimes on `feed`, `repeat` runs each in alternating blocks of `block`, and
-    compare their outputs."""
-    session = onnxruntime_session(onnx_model, num_threads)
-    set_num_threads(num_threads)
-    ours = model.run(None, feed)
-    reference = session.run(None, feed)
-    times = time_alternating({"ours": model, "theirs": session}, feed, num_threads, warmup, repeat, block)
-    abs_diff, rel_diff = differences(ours, reference)
-    return Comparison(times["ours"], times["theirs"], abs_diff, rel_diff)
 
 
 def time_alternating(runtimes: Mapping[str, Runtime], feed: dict, num_threads: int, warmup: int = 3,

@@ -29,7 +29,7 @@ from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
-from .transform.pad_conv_channels import PadConvChannels
+from .transform.pad_output_channels import PadOutputChannels
 from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
@@ -65,7 +65,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
 def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width; weights repacked at build time."""
     lanes = vector_lanes(target)
-    return [PadConvChannels(lanes), BlockedLayout(lanes), SinkLayoutTransforms(), relax.transform.FoldConstant()]
+    return [PadOutputChannels(lanes), BlockedLayout(lanes), SinkLayoutTransforms(), relax.transform.FoldConstant()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],

@@ -79,9 +79,10 @@ def _inferred_dims(model: onnx.ModelProto) -> dict[str, list[int | str | None]]:
             for value in values if value.type.tensor_type.HasField("shape")}
 
 
-def _batch_symbol(dims: list | None) -> str | None:
+def _batch_input(dims: list | None) -> str | None:
+    """The input whose batch symbol is axis 0 of `dims`, if any."""
     if dims and isinstance(dims[0], str) and dims[0].startswith(_SYMBOL):
-        return dims[0]
+        return dims[0][len(_SYMBOL):]
     return None
 
 
@@ -91,10 +92,10 @@ def _free_reshapes(model: onnx.ModelProto, old: dict[str, int], dims: dict) -> t
     constants = constant_values(model.graph)
     nodes, freed = [], 0
     for node in model.graph.node:
-        symbol = _batch_symbol(dims.get(node.input[0])) if node.op_type == "Reshape" else None
-        shape = constants.get(node.input[1]) if symbol else None
+        source = _batch_input(dims.get(node.input[0])) if node.op_type == "Reshape" else None
+        shape = constants.get(node.input[1]) if source else None
         allow_zero = any(a.name == "allowzero" and a.i for a in node.attribute)
-        if shape is None or allow_zero or shape.size == 0 or shape[0] != old[symbol[len(_SYMBOL):]]:
+        if shape is None or allow_zero or shape.size == 0 or shape[0] != old[source]:
             nodes.append(node)
             continue
         copied = shape.copy()
@@ -119,11 +120,11 @@ def _refuse_pins(model: onnx.ModelProto, old: dict[str, int], dims: dict) -> Non
     for node in model.graph.node:
         if node.op_type in _SHAPE_OPS:
             continue
-        symbols = {s for s in (_batch_symbol(dims.get(name)) for name in node.input) if s}
-        for symbol in symbols:
-            batch = old[symbol[len(_SYMBOL):]]
+        sources = {s for s in (_batch_input(dims.get(name)) for name in node.input) if s}
+        for source in sources:
+            batch = old[source]
             pinned = [out for out in node.output if (dims.get(out) or [None])[0] == batch]
-            if pinned and not any(_batch_symbol(dims.get(out)) for out in node.output):
+            if pinned and not any(_batch_input(dims.get(out)) for out in node.output):
                 raise InputError(
-                    f"node {node.name!r} ({node.op_type}) pins the batch of input {symbol[len(_SYMBOL):]!r} to "
+                    f"node {node.name!r} ({node.op_type}) pins the batch of input {source!r} to "
                     f"{batch} (its output {pinned[0]!r} keeps axis 0 = {batch}): this model's batch cannot be changed")

@@ -30,13 +30,13 @@ _BINARY = {"relax.add": 0.0, "relax.subtract": 0.0, "relax.multiply": 0.0, "rela
            "relax.minimum": 0.0, "relax.divide": 1.0}  # op -> value padded channels of a constant take
 
 
-def PadConvChannels(block: int) -> tvm.transform.Pass:
-    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.PadConvChannels")
-    def pad_conv_channels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+def PadOutputChannels(block: int) -> tvm.transform.Pass:
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.PadOutputChannels")
+    def pad_output_channels(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         padder = _Padder(mod, block)
         return mutate_functions(mod, padder, padder.rewrite)
 
-    return pad_conv_channels
+    return pad_output_channels
 
 
 def padded_channels(channels: int, block: int) -> int | None:
@@ -147,7 +147,7 @@ def _pad_constant(arg, call: relax.Call, channels: int, padded: int, axis: int):
         widths = [(0, padded - channels if a == weight_axis else 0) for a in range(value.ndim)]
         return relax.const(np.pad(value, widths))
     channel_axis = value.ndim - 3 if axis == 1 else value.ndim - 1
-    if value.ndim > 0 and value.shape[channel_axis] == channels and channel_axis >= 0:
+    if channel_axis >= 0 and value.shape[channel_axis] == channels:
         widths = [(0, padded - channels if a == channel_axis else 0) for a in range(value.ndim)]
         return relax.const(np.pad(value, widths, constant_values=_BINARY[call.op.name]))
     return arg

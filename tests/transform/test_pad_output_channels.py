@@ -10,7 +10,7 @@ import tvm_ffi
 from tvm import relax
 
 from tests.transform.relax_modules import module, run
-from tvm_fuse.transform.pad_conv_channels import PadConvChannels
+from tvm_fuse.transform.pad_output_channels import PadOutputChannels
 
 _RNG = np.random.default_rng(0)
 
@@ -40,7 +40,7 @@ def _ops(mod) -> list[str]:
 @pytest.mark.parametrize("second_reader", [False, True])
 def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
     mod = _head(1000, second_reader)
-    padded = PadConvChannels(16)(mod)
+    padded = PadOutputChannels(16)(mod)
     ops = _ops(padded)
     # The cut follows the relu either way: only the relu has a second reader.
     assert ops[:4] == ["relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.strided_slice"]
@@ -54,7 +54,7 @@ def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
 @pytest.mark.parametrize("channels", [24, 20, 64])
 def test_channel_counts_padding_would_cost_much_are_left_alone(channels):
     mod = _head(channels)
-    assert tvm_ffi.structural_equal(PadConvChannels(16)(mod), mod)
+    assert tvm_ffi.structural_equal(PadOutputChannels(16)(mod), mod)
 
 
 def test_a_dense_head_runs_padded_and_is_cut_on_its_last_axis():
@@ -66,7 +66,7 @@ def test_a_dense_head_runs_padded_and_is_cut_on_its_last_axis():
         return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(dense, _const(6625)))))
 
     mod = module({"x": (40, 120)}, build)
-    padded = PadConvChannels(16)(mod)
+    padded = PadOutputChannels(16)(mod)
     assert _ops(padded) == ["relax.matmul", "relax.add", "relax.nn.relu", "relax.strided_slice"]
     dense = next(b.value for block in padded["main"].body.blocks for b in block.bindings
                  if isinstance(b.value, relax.Call) and b.value.op.name == "relax.matmul")
