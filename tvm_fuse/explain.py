@@ -18,7 +18,9 @@ from tvm.ir.expr import GenericConst
 
 from . import provenance
 from .compute import epilogue
+from .frontend.branches import all_nodes
 from .frontend.fixups import user_node_name
+from .frontend.importer import UNBUILT_ATTR, UNBUILT_NODES_ATTR, graph_functions
 from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
 from .schedules import KNOBS_ATTR
@@ -75,11 +77,11 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
     """The report for `mod` (from `pipeline.optimize`) of `model` (as imported). A fix-up's
     replacement nodes are reported once, under the name of the node they replace. A node split
     by a disabled family (a Conv whose bias add is left out) is in a kernel and in `unfused`."""
-    nodes = list(model.graph.node)
+    nodes = all_nodes(model)
     labels = [node_label(node, i) for i, node in enumerate(nodes)]
-    main = mod["main"]
-    bindings = [b for block in main.body.blocks for b in block.bindings]
-    uses = use_counts(main)
+    graphs = graph_functions(mod)
+    bindings = [b for func in graphs for block in func.body.blocks for b in block.bindings]
+    uses = sum((use_counts(func) for func in graphs), Counter())
     producers = {b.var: b.value for b in bindings}
     report = FusionReport(disabled_families=sorted(disabled))
     covered: set[str] = set()
@@ -107,10 +109,20 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
         else:
             reason = _reason(mod, node_calls[0], nodes, producers, uses, disabled)
         report.unfused.append({"onnx_node": label, "op_type": op_types[label], "reason": reason})
+    unbuilt = {labels[i]: str(func.attrs[UNBUILT_ATTR]) for func in graphs if UNBUILT_NODES_ATTR in (func.attrs or {})
+               for i in range(*(int(n) for n in func.attrs[UNBUILT_NODES_ATTR]))}
     for label in dict.fromkeys(labels):
-        if label not in covered and label not in calls:
+        if label in covered or label in calls:
+            continue
+        if label in unbuilt:
+            reason = unbuilt[label]
+        elif op_types[label] == "If":
+            reason = "control flow: the branch its condition picks runs, each compiled as a graph of its own"
+        else:
             report.folded.append({"onnx_node": label, "op_type": op_types[label],
                                   "reason": "no run-time work: computed at build time, or removed as a no-op"})
+            continue
+        report.unfused.append({"onnx_node": label, "op_type": op_types[label], "reason": reason})
     return report
 
 
@@ -122,9 +134,9 @@ def count_tuned_kernels(mod: tvm.IRModule) -> tuple[int, int]:
 
 
 def count_kernel_calls(mod: tvm.IRModule) -> int:
-    """Kernel calls in `main` of a legalized module (`pipeline.lowered`)."""
+    """Kernel calls in the graph of a legalized module (`pipeline.lowered`), all If branches counted."""
     calls = ("relax.call_tir", "relax.call_tir_inplace", "relax.call_dps_packed")
-    return sum(1 for block in mod["main"].body.blocks for b in block.bindings
+    return sum(1 for func in graph_functions(mod) for block in func.body.blocks for b in block.bindings
                if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op) and b.value.op.name in calls)
 
 

@@ -20,15 +20,18 @@ _TAG = re.compile(r"n(\d+)x\d*")
 
 
 def tag(node_index: int) -> str:
-    """The variable name for bindings of ONNX node `node_index` (its position in the graph)."""
+    """The variable name for bindings of ONNX node `node_index` (its position in the graph,
+    If branches numbered after it: `frontend.branches.numbered_graphs`)."""
     return f"n{node_index}x"
 
 
 def nodes_named_in(text: str, model) -> list[str]:
     """The ONNX nodes (`model`'s node names, first seen first) whose bindings `text` mentions,
     e.g. an error that prints the Relax expression it failed on."""
+    from .frontend.branches import all_nodes  # the frontend imports this module
+
     indices = dict.fromkeys(int(m.group(1)) for m in re.finditer(rf"\b{_TAG.pattern}\b", text))
-    nodes = model.graph.node
+    nodes = all_nodes(model)
     return [f"{nodes[i].name} ({nodes[i].op_type})" for i in indices if i < len(nodes)]
 
 

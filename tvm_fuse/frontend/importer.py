@@ -14,13 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import tvm
+from onnx import numpy_helper
 from tvm import relax
+from tvm.ir.expr import GenericConst
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from .. import provenance
 from ..errors import CompileError, InputError
 from .batch import rebatch
+from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
 from .converters import CONVERTERS
+from .fixups import apply_fixups
 from .support import check_supported, default_opset
 
 
@@ -144,21 +149,133 @@ class _NodeBuilder:
         return self._emitted[expr]
 
 
-class _NamingImporter(ONNXGraphImporter):
-    """TVM's importer, but bindings carry their ONNX node and a failing conversion names it."""
+class _NotATensor(Exception):
+    """An If branch reads an outer value that cannot be a function parameter."""
 
-    def __init__(self, graph: onnx.GraphProto, **kwargs):
-        super().__init__(**kwargs)
-        self._node_indices = {tuple(node.output): i for i, node in enumerate(graph.node)}
+
+@mutator
+class _RenamedGlobals(PyExprMutator):
+    def __init__(self, names: dict):
+        super().__init__()
+        self._names = names
+
+    def visit_global_var_(self, op):
+        return self._names.get(op, op)
+
+
+BRANCH_ATTR = "tvm_fuse.branch"  # on a function that is an If's branch: the If node's name
+UNBUILT_ATTR = "tvm_fuse.unbuilt"  # on a branch that raises when taken: why it could not be built
+UNBUILT_NODES_ATTR = "tvm_fuse.unbuilt_nodes"  # ... and the numbers of its ONNX nodes, [first, end)
+
+
+def graph_functions(mod: tvm.IRModule) -> list[relax.Function]:
+    """The functions that hold the model's graph: `main`, then every If branch."""
+    return [mod["main"], *(f for _, f in mod.functions_items()
+                           if isinstance(f, relax.Function) and f.attrs and BRANCH_ATTR in f.attrs)]
+
+
+class _NamingImporter(ONNXGraphImporter):
+    """TVM's importer, but bindings carry their ONNX node, a failing conversion names it, and an
+    If's branches are functions of their own."""
+
+    def __init__(self, model: onnx.ModelProto, root: relax.BlockBuilder | None = None,
+                 numbers: dict | None = None, first_numbers: dict | None = None):
+        super().__init__(shape_dict=None, dtype_dict="float32", keep_params_in_input=False)
+        self._model = model
+        self._root = root or self.bb  # where branch functions go: the builder of the whole module
+        # Nodes are numbered in the user's model (`branches.numbered_graphs`): a branch's nodes
+        # by their outputs, which its fix-ups keep; sibling branches may reuse output names.
+        self._node_numbers = numbers if numbers is not None else node_numbers(model.graph)
+        self._first_numbers = first_numbers if first_numbers is not None else {
+            graph_key(graph): first for graph, first in numbered_graphs(model.graph)}
         self._current_node: int | None = None
+        self._current_if_node: onnx.NodeProto | None = None
+        self._current_if = ""
+        self._branch_calls: dict[bytes, relax.Call] = {}  # graph_key -> the call that runs it
 
     def _check_for_unsupported_ops(self, graph):
         """Done before import by `support.check_supported`, which knows our converters too."""
 
     def _parse_value_proto(self, value_proto):
         if isinstance(value_proto, onnx.NodeProto):  # called once per node, just before converting it
-            self._current_node = self._node_indices.get(tuple(value_proto.output))
+            self._current_node = self._node_numbers.get(tuple(value_proto.output))
+            self._current_if_node, self._current_if = value_proto, value_proto.name
         return super()._parse_value_proto(value_proto)
+
+    def _convert_subgraph(self, bb, graph):
+        """An If's branch as a function of its own, called from the If: a dataflow graph that the
+        passes fuse and block like the main one, and that runs only when taken (TVM's importer
+        would bind its nodes before the If, so both branches ran). A branch that cannot be built
+        for the model's input shapes (Silero's 8 kHz model fed a 16 kHz chunk) raises an error
+        when taken. TVM's inline form is kept where the branch reads an outer value that is not a
+        tensor of known rank (a shape value)."""
+        key = graph_key(graph)
+        if key in self._branch_calls:
+            return self._branch_calls[key]
+        try:
+            call = self._branch_call(graph)
+        except _NotATensor:
+            return super()._convert_subgraph(bb, graph)
+        except CompileError as error:
+            other = next((g for _, g in branches(self._current_if_node) if graph_key(g) != key), None)
+            if other is None:
+                raise
+            ty = self._convert_subgraph(bb, other).ty  # raises if neither branch builds
+            call = self._failing_branch(graph, ty, error)
+            if call is None:
+                raise
+        self._branch_calls[key] = call
+        return call
+
+    def _branch_call(self, graph: onnx.GraphProto) -> relax.Call:
+        params, inputs, initializers = [], [], []
+        for name in outer_names(graph):
+            value = self._nodes.get(name)
+            if isinstance(value, GenericConst):
+                initializers.append(numpy_helper.from_array(value.value.numpy(), name))
+                continue
+            ty = value.ty if isinstance(value, relax.Expr) else None
+            if not (isinstance(ty, relax.TensorType) and ty.shape is not None
+                    and all(isinstance(d, tvm.tirx.IntImm | tvm.tirx.Var) for d in ty.shape)):
+                raise _NotATensor(name)
+            dims = [int(d) if isinstance(d, tvm.tirx.IntImm) else d.name for d in ty.shape]
+            inputs.append(onnx.helper.make_tensor_value_info(
+                name, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(str(ty.dtype))), dims))
+            params.append(value)
+        branch = apply_fixups(branch_model(graph, inputs, initializers, self._model.opset_import))
+        first = self._first_numbers.get(graph_key(graph), 0)
+        importer = _NamingImporter(branch, self._root, node_numbers(graph, first), self._first_numbers)
+        imported = importer.from_onnx(branch.graph, self.opset)
+        # Its kernels (converters' TE functions) move to the module being built, perhaps renamed.
+        renamed = _RenamedGlobals({gvar: self._root.add_func(f, gvar.name_hint)
+                                   for gvar, f in imported.functions_items() if gvar.name_hint != "main"})
+        func = renamed.visit_expr(imported["main"])
+        return self._call_branch(func.without_attr("global_symbol").without_attr("num_input"), graph, params)
+
+    def _failing_branch(self, graph: onnx.GraphProto, ty, error: CompileError) -> relax.Call | None:
+        """A branch that raises `error` when taken, returning zeros of the other branch's
+        type `ty` to type-check; None if that type has no static shape."""
+        fields = list(ty.fields) if isinstance(ty, relax.TupleType) else [ty]
+        if not all(isinstance(f, relax.TensorType) and f.shape is not None
+                   and all(isinstance(d, tvm.tirx.IntImm) for d in f.shape) for f in fields):
+            return None
+        builder = relax.BlockBuilder()
+        with builder.function("branch", params=[], pure=False):
+            message = (f"the {graph.name or 'branch'} of If {self._current_if!r} cannot run on inputs "
+                       f"of the shapes this model was built for: {error}")
+            builder.emit(relax.op.assert_op(relax.const(False), [], message.replace("{", "{{").replace("}", "}}")))
+            zeros = [builder.emit(relax.op.zeros(f.shape, str(f.dtype))) for f in fields]
+            builder.emit_func_output(relax.Tuple(zeros) if isinstance(ty, relax.TupleType) else zeros[0])
+        func = builder.get()["branch"].without_attr("global_symbol").with_attr(UNBUILT_ATTR, message)
+        first = self._first_numbers.get(graph_key(graph))
+        if first is not None:
+            func = func.with_attr(UNBUILT_NODES_ATTR, [first, first + node_count(graph)])
+        return self._call_branch(func, graph, [])
+
+    def _call_branch(self, func: relax.Function, graph: onnx.GraphProto, args: list) -> relax.Call:
+        func = func.with_attr(BRANCH_ATTR, self._current_if)
+        gvar = self._root.add_func(func, f"{self._current_if or 'if'}_{graph.name}")
+        return self._root.normalize(relax.Call(gvar, args))
 
     def _convert_operator(self, op_name, inputs, attrs, opset):
         builder = self.bb
@@ -188,7 +305,7 @@ class _NamingImporter(ONNXGraphImporter):
 def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
     """Relax module for `model`, with the weights as constants."""
     check_supported(model)
-    importer = _NamingImporter(model.graph, shape_dict=None, dtype_dict="float32", keep_params_in_input=False)
+    importer = _NamingImporter(model)
     try:
         # The importer prints a failing node's inputs; the CompileError says what matters.
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():

@@ -9,6 +9,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from ..errors import ModelLoadError
+from .branches import all_nodes, branches
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
@@ -93,11 +94,18 @@ def _unknown_dims_symbolic(model: onnx.ModelProto, where: str) -> onnx.ModelProt
 
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model`, or a copy whose unnamed nodes are named `OpType#index` (their place in the
-    graph), so reports and errors can name every node the user gave."""
-    if all(node.name for node in model.graph.node):
+    graph; in an If branch, after the If: `If_0/then_branch/Mul#3`), so reports and errors can
+    name every node the user gave."""
+    if all(node.name for node in all_nodes(model)):
         return model
     named = onnx.ModelProto()
     named.CopyFrom(model)
-    for index, node in enumerate(named.graph.node):
-        node.name = node.name or f"{node.op_type}#{index}"
+
+    def name(graph, prefix):
+        for index, node in enumerate(graph.node):
+            node.name = node.name or f"{prefix}{node.op_type}#{index}"
+            for attribute, branch in branches(node):
+                name(branch, f"{node.name}/{attribute}/")
+
+    name(named.graph, "")
     return named

@@ -52,6 +52,7 @@ REAL_MODELS = {
                            lambda rng, b: {"x": _image(rng, b, 48, 320, _HALF)}),
     "ppocr_cls": RealModel("rapidocr-onnxruntime", "ch_ppocr_mobile_v2.0_cls_infer.onnx",
                            lambda rng, b: {"x": _image(rng, b, 48, 192, _HALF)}),
+    "silero_vad": RealModel("silero-vad", "silero_vad.onnx", lambda rng, b: _vad(rng, b, True)),
     "silero_vad_op15": RealModel("silero-vad", "silero_vad_16k_op15.onnx", lambda rng, b: _vad(rng, b, True)),
     "silero_vad_half": RealModel("silero-vad", "silero_vad_half.onnx", _vad),
     "silero_vad_op18_ifless": RealModel("silero-vad", "silero_vad_op18_ifless.onnx", lambda rng, b: _vad(rng, b, True)),
