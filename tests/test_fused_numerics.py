@@ -112,6 +112,10 @@ def _activation(form: str, x: str, tag: str) -> Chain:
         chain.output = node("Mul", [node("Sigmoid", [x]), x])
     elif form == "hardswish":
         chain.output = node("HardSwish", [x])
+    elif form == "hardswish_p2o":  # x * clip(x + 3, 0, 6) / 6, multiplied first, as paddle2onnx writes it
+        clipped = node("Clip", [node("Add", [x, _const(chain, f"{tag}_three", 3.0)]),
+                                _const(chain, f"{tag}_zero", 0.0), _const(chain, f"{tag}_six", 6.0)])
+        chain.output = node("Div", [node("Mul", [x, clipped]), f"{tag}_six"])
     elif form == "hardsigmoid":
         chain.output = node("HardSigmoid", [x], alpha=0.25, beta=0.4)
     else:
@@ -135,7 +139,8 @@ ACTIVATION_FORMS = {
     "silu": "silu",
     "silu_swapped": "silu",
     "hardswish": "hardswish",
-    "hardsigmoid": "hardsigmoid",
+    "hardswish_p2o": "hardswish",
+    "hardsigmoid": "clip",  # after a conv, its scale and shift fold into the conv's weights and bias
 }
 
 
@@ -158,11 +163,13 @@ def _build_and_compare(model, shapes: dict[str, tuple], seed: int = 0, **build_o
 
 
 def _assert_fused(report: dict, pattern: str, nodes: list[str]) -> None:
-    """A kernel of `pattern` computes all of `nodes`, and none of them is left unfused."""
+    """A kernel of `pattern` computes all of `nodes` (but those folded into its weights at build
+    time, as a bias is with a scale and shift after it), and none of them is left unfused."""
     patterns = [k["pattern"] for k in report["kernels"]]
     kernels = [k for k in report["kernels"] if k["pattern"] == pattern]
     assert kernels, f"no {pattern} kernel; kernels: {patterns}, unfused: {report['unfused']}"
-    assert any(set(nodes) <= set(k["onnx_nodes"]) for k in kernels), (
+    folded = {f["onnx_node"] for f in report["folded"]}
+    assert any(set(nodes) - folded <= set(k["onnx_nodes"]) for k in kernels), (
         f"{nodes} not all in one {pattern} kernel: {kernels}"
     )
     unfused = {u["onnx_node"] for u in report["unfused"]}
@@ -203,6 +210,31 @@ def test_conv2d_bias_activation(form):
     act = _activation(form, conv.output, "act")
     report = _build_and_compare(_conv_model(conv, [act], {"x": shape}), {"x": shape})
     _assert_fused(report, f"conv2d+bias+{ACTIVATION_FORMS[form]}", ["conv", *act.names])
+
+
+def test_pp_lcnet_v3_block_is_one_kernel():
+    """PP-LCNetV3 (PP-OCRv4 det): conv, a learnable scale and shift of one value each, HardSwish
+    as paddle2onnx writes it, another scale and shift. The first folds into the conv, the
+    second is a post-op after the activation; the chain stays blocked (16 channels)."""
+    rng = np.random.default_rng(3)
+    shape = (1, 16, 10, 10)
+    conv = _conv(rng, "x", 16, 16, (3, 3), pads=[1, 1, 1, 1])
+
+    def affine(x, tag):
+        chain = Chain(initializers={f"{tag}_s": np.array([1.3], np.float32), f"{tag}_t": np.array([-0.2], np.float32)})
+        scaled = f"{tag}_mul"
+        chain.nodes = [helper.make_node("Mul", [f"{tag}_s", x], [scaled], name=scaled),
+                       helper.make_node("Add", [scaled, f"{tag}_t"], [f"{tag}_add"], name=f"{tag}_add")]
+        chain.output = f"{tag}_add"
+        return chain
+
+    first = affine(conv.output, "lab0")
+    act = _activation("hardswish_p2o", first.output, "act")
+    second = affine(act.output, "lab1")
+    post = [first, act, second]
+    report = _build_and_compare(_conv_model(conv, post, {"x": shape}), {"x": shape})
+    _assert_fused(report, "conv2d+bias+hardswish+scale", ["conv", *act.names, *second.names])
+    assert report["layout_transforms"] == 2
 
 
 def _residual(conv: Chain, act_form: str | None, other: str, conv_first: bool) -> list[Chain]:

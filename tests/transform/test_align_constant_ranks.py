@@ -38,3 +38,24 @@ def test_a_rank_3_scale_after_a_concat_becomes_rank_4_and_stays_in_the_blocked_l
     assert _transforms(folded) == 2  # in and out of the chain only
     unaligned = relax.transform.FoldConstant()(BlockedLayout(16)(_conv_then_scale((32, 1, 1))))
     assert _transforms(unaligned) > 2
+
+
+def _conv_then_one_value(shape):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 8, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((16, 16, 1, 1), "float32"))))
+            s = bb.emit(relax.op.multiply(relax.const(np.full(shape, 1.5, "float32")), c))
+            out = bb.emit_output(bb.emit(relax.op.nn.conv2d(s, relax.const(np.ones((16, 16, 1, 1), "float32")))))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_a_one_element_constant_becomes_a_scalar_and_the_chain_stays_blocked():
+    """PP-LCNetV3 scales each conv by a [1]; as [1, 1, 1, 1] its channel would not block."""
+    aligned = AlignConstantRanks()(_conv_then_one_value((1,)))
+    (scale,) = [b.value.args[0] for b in aligned["main"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.multiply"]
+    assert scale.ty.ndim == 0
+    assert _transforms(relax.transform.FoldConstant()(BlockedLayout(16)(aligned))) == 2

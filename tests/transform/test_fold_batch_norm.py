@@ -228,3 +228,31 @@ def test_matches_onnx_runtime_and_leaves_no_batch_norm():
     assert ops.count("relax.nn.conv2d") == 3 and ops.count("relax.multiply") == 1
     assert "relax.nn.batch_norm" not in ops
     tvm.ir.assert_structural_equal(relax.transform.DecomposeOpsForInference()(after), after)
+
+
+@pytest.mark.parametrize("constant_first", [False, True])
+def test_a_scale_and_shift_written_out_folds_into_the_conv(constant_first):
+    """conv + bias, then `x * s + t` by constants (one value or one per channel): an exporter's
+    own batch-norm, or PP-LCNetV3's learnable affine, is the conv's weights and bias."""
+    bias = np.array([0.25, -1.0], "float32").reshape(1, 2, 1, 1)
+    scale, shift = np.array([1.5], "float32"), SHIFT.reshape(1, 2, 1, 1)
+
+    def before(bb, x):
+        conv = bb.emit(relax.op.add(bb.emit(_conv(x, WEIGHT_2D), "n0x"), relax.const(bias)), "n0x1")
+        operands = (relax.const(scale), conv) if constant_first else (conv, relax.const(scale))
+        return bb.emit(relax.op.add(bb.emit(relax.op.multiply(*operands), "n1x"), relax.const(shift)), "n2x")
+
+    def expected(bb, x):
+        conv = bb.emit(_conv(x, WEIGHT_2D * 1.5), "n0x")
+        return bb.emit(relax.op.add(conv, relax.const((bias.reshape(-1) * 1.5 + SHIFT).reshape(1, 2, 1, 1))), "n2x")
+
+    _rewritten({"x": (1, 3, 5, 5)}, before, expected)
+
+
+def test_a_scale_of_a_conv_read_twice_is_left_alone():
+    def before(bb, x):
+        conv = bb.emit(_conv(x, WEIGHT_2D), "n0x")
+        scaled = bb.emit(relax.op.add(bb.emit(relax.op.multiply(conv, _const([2.0])), "n1x"), _const([1.0])), "n2x")
+        return bb.emit(relax.op.add(scaled, conv), "n3x")
+
+    _rewritten({"x": (1, 3, 5, 5)}, before, before)

@@ -58,8 +58,9 @@ class Activation:
 ACTIVATIONS = (
     # Most specific first: dpl takes the first alternative that matches, and hardsigmoid
     # would otherwise parse as a scale/shift followed by a plain clip.
-    # x * clip(x + 3, 0, 6) / 6
-    Activation("hardswish", lambda x: _either("multiply", x, _op("divide", _clip(_either("add", x, is_const())), is_const()))),
+    # x * (clip(x + 3, 0, 6) / 6) as torch exports it, or (x * clip(x + 3, 0, 6)) / 6 as paddle2onnx does
+    Activation("hardswish", lambda x: _either("multiply", x, _op("divide", _clip(_either("add", x, is_const())), is_const()))
+               | _op("divide", _either("multiply", x, _clip(_either("add", x, is_const()))), is_const())),
     # clip(alpha * x + beta, 0, 1)
     Activation("hardsigmoid", lambda x: _clip(_either("add", _either("multiply", is_const(), x), is_const()))),
     Activation("relu", lambda x: _op("nn.relu", x)),

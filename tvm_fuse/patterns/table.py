@@ -1,6 +1,6 @@
 """The fusion table: an anchor (conv or fc) followed by optional post-ops in oneDNN's order,
 
-    anchor -> [bias] -> [bn: per-channel scale/shift] -> [activation] -> [sum] -> [activation]
+    anchor -> [bias] -> [bn: per-channel scale/shift] -> [activation] -> [scale/shift] -> [sum] -> [activation]
 
 where `sum` is the residual add (`dst = dst + op(...)`). Every match becomes one composite
 function and, later, one kernel whose epilogue applies the chain. Each (anchor, slot) pair is a
@@ -115,6 +115,11 @@ SLOTS = (
     Slot("bn", "bn", lambda chain, ann: _annotate(
         ann, "bn", is_op("relax.add")(is_op("relax.multiply")(chain, is_const()), is_const()))),
     Slot("activation", "relu", _activation("activation")),  # MXNet's CONV_RELU, any activation
+    # A constant scale and shift after the activation (PP-LCNetV3's learnable affine): oneDNN's
+    # eltwise_linear post-op; its family is bn's, a per-channel scale and shift.
+    Slot("scale", "bn", lambda chain, ann: _annotate(
+        ann, "scale", _add(is_op("relax.multiply")(chain, is_const()) | is_op("relax.multiply")(is_const(), chain),
+                           is_const())), after="activation"),
     Slot("sum", "sum", lambda chain, ann: _annotate(ann, "sum", _add(chain, wildcard()))),
     Slot("sum_activation", "sum", _activation("sum_activation"), after="sum"),
 )
@@ -193,7 +198,7 @@ def _checker(anchor: Anchor):
             if not var.same_as(root) and any(user not in matched for user in context.var_usages.get(var, [])):
                 return False
         out_shape = annotated["anchor"].ty.shape
-        for slot in ("bias", "bn", "sum"):
+        for slot in ("bias", "bn", "scale", "sum"):
             if slot in annotated and not operands_fit(annotated[slot], out_shape, matched):
                 return False
         # A constant added is a bias (its own family), not a residual.

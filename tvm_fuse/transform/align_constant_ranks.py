@@ -3,7 +3,8 @@
 ONNX broadcasts `x[N, C, H, W] * s[C, 1, 1]`; TVM's layout conversion cannot carry a rank-3
 constant into a blocked NCHW{c}c layout, so it would convert back to NCHW around the op (as
 around every batch-norm-as-Mul/Add after DenseNet's concats). Reshaped to [1, C, 1, 1], the
-constant is converted with the tensor, at build time.
+constant is converted with the tensor, at build time. A one-element constant becomes a scalar
+instead (PP-LCNetV3 scales every conv output by a [1]), which holds in any layout.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
         args = list(value.args)
         for i, arg in enumerate(args):
             other = ranks[1 - i]
-            if isinstance(arg, tvm.ir.GenericConst) and 0 < ranks[i] < other:
-                array = arg.value.numpy()
-                args[i] = relax.const(array.reshape((1,) * (other - array.ndim) + array.shape), str(arg.ty.dtype))
+            if not isinstance(arg, tvm.ir.GenericConst) or not 0 < ranks[i] <= other:
+                continue
+            array = arg.value.numpy()
+            shape = () if array.size == 1 else (1,) * (other - array.ndim) + array.shape
+            if shape != array.shape:
+                args[i] = relax.const(array.reshape(shape), str(arg.ty.dtype))
         if any(not a.same_as(b) for a, b in zip(args, value.args)):
             plan[var] = relax.Call(value.op, args, value.attrs, value.ty_args)
     return plan

@@ -41,8 +41,8 @@ _CONV_LAYOUTS = {
 
 
 def FoldBatchNorm(into: Collection[str] = ("conv", "fc")) -> tvm.transform.Pass:
-    """Constant inference batch-norms -> folded into the conv/matmul before them, or scale and
-    shift. `into` names the layers that may take them: `conv`, `fc` (the fusion switches
+    """Constant inference batch-norms, and scale-and-shifts by constants, -> folded into the
+    conv/matmul before them (batch-norms that cannot be: scale and shift). `into` names the layers that may take them: `conv`, `fc` (the fusion switches
     `conv_bn` and `fc_bn` remove them)."""
     return rebind_pass("tvm_fuse.FoldBatchNorm", lambda func: _plan(func, frozenset(into)))
 
@@ -119,7 +119,55 @@ def _plan(func: relax.Function, into: frozenset[str]) -> dict[relax.Var, relax.E
                 plan[layer.var], plan[item] = layer.folded(bn)
             else:
                 plan[item] = relax.op.add(relax.op.multiply(bn.x, bn.shaped(bn.scale)), bn.shaped(bn.shift))
+    # Then scale-and-shifts by constants written out, `x * s + t` or `x * s`, the add first so
+    # that its multiply is not folded alone.
+    adds_first = sorted(values.items(), key=lambda item: not is_op(item[1], "relax.add"))
+    for var, value in adds_first:
+        affine = _affine(value, values, uses)
+        layer = _layer(affine, values, uses, into) if affine is not None else None
+        if layer is not None and layer.var not in plan:
+            plan[layer.var], plan[var] = layer.folded(affine)
     return plan
+
+
+def _constant_operand(call: relax.Call) -> tuple[relax.Var, tvm.ir.GenericConst] | None:
+    """(x, c) of a binary call on a variable and a constant, in either order."""
+    a, b = call.args
+    if isinstance(a, tvm.ir.GenericConst):
+        a, b = b, a
+    return (a, b) if isinstance(a, relax.Var) and isinstance(b, tvm.ir.GenericConst) else None
+
+
+def _affine(value, values: dict, uses: Counter) -> _BatchNorm | None:
+    """`x * s + t` (or `x * s`) with constants `s`, `t`, one value or one per channel of the
+    conv / matmul behind `x`, as a batch-norm of `x`: a batch-norm an exporter wrote out, or a
+    learnable affine (PP-LCNetV3's after every conv)."""
+    shift = None
+    if is_op(value, "relax.add"):
+        operands = _constant_operand(value)
+        if operands is None or not is_op(values.get(operands[0]), "relax.multiply") or uses[operands[0]] != 1:
+            return None
+        value, shift = values[operands[0]], operands[1]
+    if not is_op(value, "relax.multiply") or _constant_operand(value) is None:
+        return None
+    x, scale = _constant_operand(value)
+    layer = values.get(x)
+    if is_op(layer, "relax.add") and _constant_operand(layer) is not None:  # its bias add
+        layer = values.get(_constant_operand(layer)[0])
+    if not isinstance(x.ty, relax.TensorType) or x.ty.shape is None:
+        return None
+    if is_op(layer, *_CONV_LAYOUTS):
+        axis = 1
+    elif is_op(layer, "relax.matmul"):
+        axis = x.ty.ndim - 1
+    else:
+        return None
+    if not isinstance(x.ty.shape[axis], tvm.tirx.IntImm):
+        return None
+    probe = _BatchNorm(x, axis, np.ones(int(x.ty.shape[axis])), np.zeros(int(x.ty.shape[axis])))
+    scale = _channel_vector(scale, probe)
+    shift = probe.shift if shift is None else _channel_vector(shift, probe)
+    return None if scale is None or shift is None else _BatchNorm(x, axis, scale, shift)
 
 
 def _layer(bn: _BatchNorm, values: dict, uses: Counter, into: frozenset[str]) -> _Layer | None:
