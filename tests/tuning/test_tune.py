@@ -72,11 +72,12 @@ def _ended(processes: list[psutil.Process], timeout: float = 10) -> list[psutil.
 
 def _job_killed_after_two_records(tmp_path, how: signal.Signals):
     """A tuning job in its own process, sent `how` once two records are in its log: the log,
-    and every process the job had started (its measuring worker among them)."""
+    and every process the job had started (its measuring worker among them). Each trial times
+    100,000 runs (about a second), so the job is still running when the signal comes."""
     model_path = tmp_path / "tiny.onnx"
     onnx.save(_conv_model(), model_path)
     script = ("import sys; from tvm_fuse.tuning.tune import tune; "
-              f"tune({str(model_path)!r}, trials=8, log_dir={str(tmp_path)!r}, repeat=200, progress=None)")
+              f"tune({str(model_path)!r}, trials=8, log_dir={str(tmp_path)!r}, repeat=100_000, progress=None)")
     job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     log, started, commands = tmp_path / "pending", {}, set()
     deadline = time.monotonic() + 300
