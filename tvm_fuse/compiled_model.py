@@ -99,7 +99,8 @@ class CompiledModel:
         wanted = output_indices(self._outputs, output_names)
         result = self._machine()["main"](*self._device_inputs(check_feed(self._inputs, input_feed)))
         results = list(result) if len(self._outputs) > 1 else [result]
-        return [results[i].numpy() for i in wanted]
+        # A copy through DLPack: `Tensor.numpy()` took 7 us per output, a tenth of a small model's run.
+        return [np.from_dlpack(results[i]).copy() for i in wanted]
 
     def benchmark(self, feed: dict | None = None, warmup: int = 3, repeat: int = 20,
                   num_threads: int | None = None) -> Latency:
