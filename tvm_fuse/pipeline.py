@@ -21,6 +21,7 @@ from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.leaky_relu_to_max import LeakyReluToMax
+from .transform.conv1d_as_dense import Conv1dAsDense
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
@@ -45,7 +46,8 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     Add as dense + bias, a transposed conv whose kernel is its stride as a 1x1 conv,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
-    layout conversion can follow)."""
+    layout conversion can follow), a 1-D conv with an output row shorter than a vector as
+    a dense layer over its input windows."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -57,6 +59,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         ClipToMinMax(),
         LeakyReluToMax(),
         AlignConstantRanks(),
+        Conv1dAsDense(vector_lanes(target)),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
     ]

@@ -1,0 +1,42 @@
+"""Conv1dAsDense: a 1-D conv with an output row shorter than a vector and enough work runs as a
+dense layer over its input windows, with ONNX Runtime's results; others stay convs."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+
+
+def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilation=1):
+    """x[batch, channels, width] -> Conv1d with a bias -> Relu."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((outputs, channels, taps))
+                                        / np.sqrt(channels * taps)).astype(np.float32), "w"),
+               numpy_helper.from_array(rng.standard_normal(outputs).astype(np.float32), "b")]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[taps], strides=[stride],
+                          pads=list(pads), dilations=[dilation]),
+         helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, outputs, None])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("shape, as_dense", [
+    ((8, 1, 640, 258, 256, 128), True),  # Silero's STFT on 8 chunks: 4 outputs per row
+    ((8, 129, 4, 128, 3, 1, (1, 1)), True),  # its first encoder conv, padded
+    ((16, 64, 20, 64, 3, 2, (2, 2), 2), True),  # strided and dilated
+    ((1, 1, 640, 258, 256, 128), False),  # one chunk: too little work to pay for two more kernels
+    ((1, 16, 64, 32, 3, 1, (1, 1)), False),  # a row of 64 outputs vectorizes as it is
+])
+def test_short_rows_run_as_a_dense_layer_with_onnx_runtimes_results(shape, as_dense):
+    model = _conv1d(*shape)
+    compiled = tvm_fuse.build(model, "native")
+    x = np.random.default_rng(1).standard_normal(shape[:3]).astype(np.float32)
+    assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-4)
+    kernel = next(k for k in compiled.fusion_report()["kernels"] if "conv" in k["onnx_nodes"])
+    assert kernel["pattern"].startswith("dense" if as_dense else "conv1d")

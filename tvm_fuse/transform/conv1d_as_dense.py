@@ -1,0 +1,55 @@
+"""A 1-D conv with few output positions as a gather of its input windows and a dense layer.
+
+The direct conv kernel vectorizes along the output row; a row shorter than a vector leaves the
+lanes to strided gathers of the input. Silero VAD's STFT (one input channel, 256 taps, stride
+128, 4 outputs per chunk) ran at 20 GFLOP/s that way. Its windows, gathered once as rows
+(`y[n, o, w] = sum_{c,k} x[n, c, w*s + k*d] * W[o, c, k]`, an im2col), make a product our
+dense kernel runs at several times that. Only convs with enough work change: for a small one
+the two added kernels cost more than they save.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from .rebind import is_op, rebind_pass
+
+MIN_FLOPS = 2e6  # below this, the direct kernel's one call beats three calls
+
+
+def Conv1dAsDense(lanes: int) -> tvm.transform.Pass:
+    return rebind_pass("tvm_fuse.Conv1dAsDense", lambda func: _plan(func, lanes))
+
+
+def _plan(func: relax.Function, lanes: int) -> dict[relax.Var, relax.Expr]:
+    values = dict(relax.analysis.get_var2val(func).items())
+    return {var: rewritten for var, value in values.items() if (rewritten := _as_dense(value, lanes)) is not None}
+
+
+def _as_dense(call, lanes: int) -> relax.Expr | None:
+    if not is_op(call, "relax.nn.conv1d"):
+        return None
+    data, weight = call.args
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts != ("NCW", "OIW", "NCW") or not isinstance(weight, GenericConst) or int(attrs.groups) != 1:
+        return None
+    if str(data.ty.dtype) != "float32" or data.ty.shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in data.ty.shape):
+        return None
+    batch, channels, _ = (int(d) for d in data.ty.shape)
+    kernel = weight.value.numpy()  # [O, C, K]
+    outputs, _, taps = kernel.shape
+    (stride,), (dilation,) = (int(s) for s in attrs.strides), (int(d) for d in attrs.dilation)
+    before, after = (int(p) for p in attrs.padding)
+    width = int(call.ty.shape[2])
+    if width >= lanes or 2 * batch * width * outputs * channels * taps < MIN_FLOPS:
+        return None
+    padded = relax.op.nn.pad(data, [0, 0, 0, 0, before, after]) if before or after else data
+    starts = np.arange(width)[:, None] * stride + np.arange(taps)[None, :] * dilation
+    windows = relax.op.take(padded, relax.const(starts.astype("int64")), axis=2)  # [N, C, W, K]
+    rows = relax.op.reshape(relax.op.permute_dims(windows, [0, 2, 1, 3]), [batch * width, channels * taps])
+    product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(kernel.reshape(outputs, -1).T)))
+    return relax.op.permute_dims(relax.op.reshape(product, [batch, width, outputs]), [0, 2, 1])
