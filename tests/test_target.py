@@ -44,7 +44,8 @@ def _amx_host(monkeypatch, os_permits: bool):
     """This host as one LLVM names `rocketlake` (a hypervisor's CPU model) whose CPUID reports
     AMX, AVX512-BF16 and AVX512-FP16, with the OS granting AMX or not."""
     features = {**_llvm_reported_features(), "amx-tile": True, "amx-int8": True, "amx-bf16": True,
-                "avx512bf16": True, "avx512fp16": True, "avx512vnni": True}
+                "avx512bf16": True, "avx512fp16": True, "avx512vnni": True,
+                **{f"avx512{part}": True for part in ("f", "bw", "vl", "dq", "cd")}}
     monkeypatch.setattr("tvm_fuse.target._llvm_reported_features", lambda: features)
     monkeypatch.setattr("tvm_fuse.target.host_cpu", lambda: "rocketlake")
     monkeypatch.setattr("tvm_fuse.target.amx_permitted", lambda: os_permits)

@@ -5,7 +5,8 @@ ONNX Runtime's static quantization with the types its documentation recommends f
 with VNNI: `quant_pre_process` (ONNX shape inference and ONNX Runtime's basic graph
 optimizations), then `quantize_static` in QDQ format (QuantizeLinear / DequantizeLinear around
 each quantized node, which ONNX Runtime's CPU provider fuses into int8 kernels), u8
-activations, s8 weights, no reduced range. Weights get a scale per output channel, as ours do
+activations, s8 weights, reduced range (7-bit weights) only on a host without VNNI, as ONNX
+Runtime advises: there its u8 x s8 products sum in int16 and saturate. Weights get a scale per output channel, as ours do
 (ONNX Runtime notes that one per tensor runs a little faster). Calibration reads the same samples, in the
 same forms, as `tvm_fuse.quantize` and maps our method onto ONNX Runtime's: minmax -> MinMax,
 entropy -> Entropy, percentile -> Percentile (with our percentile). The histograms keep ONNX
@@ -32,6 +33,7 @@ from .errors import InputError
 from .frontend.importer import graph_inputs
 from .quantization.calibration_data import calibration_feeds
 from .quantization.config import METHODS
+from .target import host_features
 
 ORT_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 PER_CHANNEL_OPSET = 13  # DequantizeLinear's axis, which per-channel weights need
@@ -88,7 +90,9 @@ def ort_int8_model(model: onnx.ModelProto, calibration, method: str = "entropy",
             ort.quantize_static(
                 prepared, quantized, _FeedReader(feeds),
                 quant_format=ort.QuantFormat.QDQ, activation_type=ort.QuantType.QUInt8,
-                weight_type=ort.QuantType.QInt8, per_channel=True, reduce_range=False, nodes_to_exclude=excluded,
+                weight_type=ort.QuantType.QInt8, per_channel=True, nodes_to_exclude=excluded,
+                # ONNX Runtime's advice for CPUs without VNNI, whose u8 x s8 products saturate in int16
+                reduce_range="avx512_vnni" not in host_features(),
                 calibrate_method=ort.CalibrationMethod[ORT_METHODS[method]],
                 extra_options={"CalibPercentile": percentile} if method == "percentile" else None,
             )

@@ -67,14 +67,18 @@ def _stacked(samples: Mapping, inputs: list[TensorInfo]) -> Iterator[dict]:
         raise InputError(f"calibration data holds {total} samples, fewer than the model's batch of {batch}")
 
 
+def sample_files(folder: Path) -> list[Path]:
+    """The .npy / .npz files of a folder, or the one such file `folder` is; InputError if neither."""
+    if folder.is_file() and folder.suffix in (".npy", ".npz"):
+        return [folder]
+    if folder.is_dir():
+        return sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))
+    raise InputError(f"calibration data {folder} is neither a folder nor a .npy / .npz file")
+
+
 def _folder(folder: Path, inputs: list[TensorInfo]) -> Iterator[dict]:
     """A folder of .npy / .npz files, or one such file."""
-    if folder.is_file() and folder.suffix in (".npy", ".npz"):
-        files = [folder]
-    elif folder.is_dir():
-        files = sorted(p for p in folder.iterdir() if p.suffix in (".npy", ".npz"))
-    else:
-        raise InputError(f"calibration data {folder} is neither a folder nor a .npy / .npz file")
+    files = sample_files(folder)
     if not files:
         raise InputError(f"calibration folder {folder} holds no .npy or .npz files")
     for path in files:

@@ -13,6 +13,7 @@ from ..frontend import ImportedModel
 from ..target import isa_features, target_string
 from ..transform.realize_int8 import RealizeInt8
 from .calibrate import calibrate
+from .calibration_data import sample_files
 from .config import QuantConfig
 from .table import CalibrationTable
 
@@ -27,11 +28,13 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
         config = QuantConfig(calibration=imported.qdq_scales)  # a pre-quantized model runs as it is
     if not isinstance(config, QuantConfig):
         raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
+    table = config.calibration
+    if isinstance(table, (str, Path)) and Path(table).suffix != ".json":
+        sample_files(Path(table))  # a bad path is an error on any target
     features = isa_features(target)
     if "avx512bw" not in features:
         warnings.warn(f"int8 kernels need AVX-512 (BW); {target_string(target)} builds in fp32")
         return None
-    table = config.calibration
     if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
         table = CalibrationTable.load(table)
     if not isinstance(table, CalibrationTable):
