@@ -1,0 +1,35 @@
+"""The architectures of `tvm_fuse.models.zoo` (YOLOv8-style detector, U-Net, CRNN) build for the
+native target, match ONNX Runtime within 1e-3 of each output's largest magnitude at batch 1
+and 2, and their fusion report accounts for every node."""
+
+import numpy as np
+import onnx
+import pytest
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.models import zoo
+
+pytestmark = pytest.mark.slow
+
+MODELS = {  # name -> (builder, input name, input shape without the batch)
+    "yolov8_detector": (zoo.yolov8_detector, "images", (3, 64, 64)),
+    "unet": (zoo.unet, "image", (3, 64, 64)),
+    "crnn": (zoo.crnn, "image", (1, 32, 100)),
+}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_architecture_matches_onnxruntime(name, batch):
+    builder, input_name, shape = MODELS[name]
+    model = builder()
+    onnx.checker.check_model(model, full_check=True)
+    feed = {input_name: np.random.default_rng(batch).standard_normal((batch, *shape)).astype(np.float32)}
+    compiled = tvm_fuse.build(model, "native", input_shapes={input_name: (batch, *shape)})
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-3)
+    report = compiled.fusion_report()
+    seen = ({n for k in report["kernels"] for n in k["onnx_nodes"]} | {u["onnx_node"] for u in report["unfused"]}
+            | {f["onnx_node"] for f in report["folded"]})
+    assert {n.name for n in model.graph.node} <= seen
+    assert all(u["reason"] for u in report["unfused"])
