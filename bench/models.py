@@ -4,6 +4,7 @@ latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See doc
     python bench/models.py [--models resnet50 resnet18 ...] [--batches 1 8] [--repeat 20]
                            [--warmup 3] [--threads N] [--out bench/results] [--no-openvino]
                            [--int8 [--calib-method entropy] [--calib-samples 16] [--agreement-samples 100]]
+                           [--bf16]
 
 Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
 ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
@@ -14,6 +15,11 @@ same run; --no-openvino leaves it out. With --int8 it is left out as well.
 With --int8, each model also runs in int8 in tvm_fuse and in ONNX Runtime (its static QDQ
 model), both calibrated on the same random feeds; one run alternates all four runtimes, and
 the int8 table adds the top-1 agreement of each int8 model with its fp32 one.
+
+With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
+precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
+bf16 model's output error against ONNX Runtime fp32. Where the CPU lacks AVX512-BF16 both fall
+back to fp32 (tvm_fuse says so in a warning): measure on a host that has it.
 """
 
 from __future__ import annotations
@@ -128,12 +134,17 @@ def bench_fp32(onnx_model, static, model, feed: dict, args) -> tuple[Latency, La
     """tvm_fuse's and ONNX Runtime's latencies, their largest output difference, and the
     OpenVINO columns (none with --no-openvino), from one run in which the three take turns."""
     runtimes = {"ours": model, "theirs": onnxruntime_session(onnx_model, args.threads)}
+    if args.bf16:
+        runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
+                                               precision="bf16", tuning_logs=[] if args.untuned else None)
     if not args.no_openvino:
         # As shipped, else with the feed's static shapes (as an OpenVINO user would reshape it);
         # a model it cannot convert either way has n/a in its columns.
         for candidate in [onnx_model] + ([static] if static is not onnx_model else []):
             try:
                 runtimes["openvino"] = OpenVINOSession(candidate, args.threads)
+                if args.bf16:
+                    runtimes["openvino_bf16"] = OpenVINOSession(candidate, args.threads, "bf16")
                 break
             except ImportError:
                 raise
@@ -149,6 +160,11 @@ def bench_fp32(onnx_model, static, model, feed: dict, args) -> tuple[Latency, La
         openvino = {"openvino_ms": openvino_ms, "ratio_openvino": openvino_ms / times["ours"].median_ms,
                     "openvino_latency": times["openvino"].__dict__,
                     "openvino_max_rel_diff": differences(outputs["openvino"], outputs["theirs"])[1]}
+    for name in ("ours_bf16", "openvino_bf16"):  # each against tvm_fuse fp32, its error against ONNX Runtime's
+        if name in runtimes:
+            openvino.update({f"{name}_ms": times[name].median_ms,
+                             f"{name}_speedup": times["ours"].median_ms / times[name].median_ms,
+                             f"{name}_max_rel_diff": differences(outputs[name], outputs["theirs"])[1]})
     return times["ours"], times["theirs"], max_rel_diff, openvino
 
 
@@ -217,6 +233,17 @@ def print_table(rows: list[dict], geomeans: dict[str, tuple[float | None, float 
             print(f"geomean over the {group} at batch 1: ORT/ours {geomean:.2f}x{openvino} (above 1: tvm_fuse is faster)")
 
 
+def print_bf16_table(rows: list[dict]) -> None:
+    head = ("model", "batch", "ours fp32", "ours bf16", "OV bf16", "fp32/bf16", "OV bf16/ours", "ours err", "OV err")
+    print(("{:20}{:>6}" + "{:>13}" * (len(head) - 2)).format(*head))
+    for r in rows:
+        openvino = (f"{r['openvino_bf16_ms']:13.2f}", f"{r['openvino_bf16_ms'] / r['ours_bf16_ms']:12.2f}x",
+                    f"{r['openvino_bf16_max_rel_diff']:13.1e}") if "openvino_bf16_ms" in r else (f"{'n/a':>13}",) * 3
+        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:13.2f}{r['ours_bf16_ms']:13.2f}{openvino[0]}"
+              f"{r['ours_bf16_speedup']:12.2f}x{openvino[1]}{r['ours_bf16_max_rel_diff']:13.1e}{openvino[2]}")
+    print("medians in ms; err: largest output difference from ONNX Runtime fp32, relative to the output's largest magnitude")
+
+
 def print_int8_table(rows: list[dict]) -> None:
     head = ("model", "batch", "int8 krn", "ours fp32", "ours int8", "ORT fp32", "ORT int8", "fp32/int8",
             "ORT8/ours8", "ORT/ours", "top1 ours", "top1 ORT")
@@ -279,9 +306,13 @@ def main() -> None:
     parser.add_argument("--calib-method", choices=METHODS, default="entropy", help="for --int8 (default entropy)")
     parser.add_argument("--calib-samples", type=int, default=16, metavar="N",
                         help="for --int8: random feeds (standard normal) to calibrate on (default 16)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="also time tvm_fuse's bf16 build and OpenVINO's bf16 in the fp32 run (not with --int8)")
     parser.add_argument("--agreement-samples", type=int, default=100, metavar="M",
                         help="for --int8: random inputs, apart from the calibration feeds, for top-1 agreement (default 100)")
     args = parser.parse_args()
+    if args.bf16 and args.int8:
+        parser.error("--bf16 joins the fp32 run; time --int8 in a run of its own")
 
     peak = measure_peak(args.threads)
     print(f"peak: {peak.gflops:.1f} GFLOP/s ({peak.method})")
@@ -296,6 +327,8 @@ def main() -> None:
     print_table(rows, geomeans)
     if args.int8:
         print_int8_table(rows)
+    if args.bf16:
+        print_bf16_table(rows)
 
     args.out.mkdir(parents=True, exist_ok=True)
     openvino = any("openvino_ms" in r for r in rows)

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..compute.conv_nchwc_int8 import DOT_PRODUCT_ATTR, OUT_BLOCK, QUAD
-from .common import accumulate_in_registers, divisor, static_extent, store_tile
+from ..compute import DOT_PRODUCT_ATTR
+from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD
+from .common import divisor, static_extent
 from .conv_nchwc import default_register_tile, register_tiles
+from .conv_nchwc_dot import schedule_dot_product_conv
 from .intrinsics import dot_product
 
 
@@ -70,29 +72,5 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcInt8Knob
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
-    epilogue = _inline_elementwise(sch, block)
-    for pad in sch.get_producers(block):
-        sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
-    n, chunk, y, x, lane, ic, ky, kx, iq, q = sch.get_loops(block)
-    chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
-    x_out, x_in = sch.split(x, [None, knobs.width_tile])
-    sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, iq, x_in, chunk_in, lane, q)
-    sch.parallel(sch.fuse(n, chunk_out, y))
-    write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)
     vnni = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vnni")) == "vnni"
-    sch.tensorize(lane, dot_product(static_extent(sch.get(lane).extent), vnni))
-    store_tile(sch, write_back, epilogue, x_out, lanes, unroll=True)
-
-
-def _inline_elementwise(sch: s_tir.Schedule, anchor):
-    """Inline every elementwise stage into the last one, which writes the output, and return
-    it (None if the anchor writes it): the epilogue after the anchor, and before it the
-    dequantization of a u8 residual."""
-    pads = [sch.get(p) for p in sch.get_producers(anchor)]
-    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-    if sch.get(blocks[-1]).same_as(sch.get(anchor)):
-        return None
-    for stage in blocks[:-1]:
-        if not sch.get(stage).same_as(sch.get(anchor)) and not any(sch.get(stage).same_as(p) for p in pads):
-            sch.compute_inline(stage)
-    return blocks[-1]
+    schedule_dot_product_conv(sch, block, knobs.width_tile, knobs.channel_tile, lambda n: dot_product(n, vnni), lanes)

@@ -33,16 +33,24 @@ def _vector(sch: s_tir.Schedule, block, lanes: int) -> int:
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
-    lanes = _vector(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    row_tile = divisor(rows, [8, 6, 4, 2])
-    return DensePackedKnobs(row_tile, accumulator_tile(columns // lanes, row_tile))
+    return default_tile(rows, columns // _vector(sch, block, lanes))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DensePackedKnobs]:
-    lanes = _vector(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(columns // lanes, 5) if r * c <= 28]
+    return tile_space(rows, columns // _vector(sch, block, lanes))
+
+
+def default_tile(rows, vectors) -> DensePackedKnobs:
+    """The tile for `rows` rows and `vectors` accumulator vectors of output columns."""
+    row_tile = divisor(rows, [8, 6, 4, 2])
+    return DensePackedKnobs(row_tile, accumulator_tile(vectors, row_tile))
+
+
+def tile_space(rows, vectors) -> list[DensePackedKnobs]:
+    """Every tile of at most 28 accumulators the extents divide."""
+    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5) if r * c <= 28]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:

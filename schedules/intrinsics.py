@@ -82,3 +82,84 @@ def _register(lanes: int) -> None:
 
 for _lanes in _LLVM:
     _register(_lanes)
+
+
+# bf16 x bf16 -> fp32 pair dot products, `acc[i] += a[2i+1] * b[2i+1] + a[2i] * b[2i]` over 32-bit
+# words of two bf16 each: AVX512-BF16's `vdpbf16ps`. Its LLVM intrinsic takes `bfloat` vectors,
+# a type TVM's code generator cannot emit (see `tvm_fuse.compute.bf16`), so the kernel calls a
+# function on i32 words, written in LLVM IR and linked into the kernel (`pragma_import_llvm`),
+# which bitcasts them. `portable`: the same function in plain fp32 arithmetic, the instruction's
+# documented order of operations, so the kernels can be checked on hosts without the instruction.
+def bf16_dot_product(lanes: int, native: bool) -> str:
+    """The registered name of the `lanes` x 2 bf16 dot product, on `vdpbf16ps` or portable."""
+    return f"tvm_fuse.dot_{lanes}x2_bf16f32_{'native' if native else 'portable'}"
+
+
+def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
+    """(function name, LLVM IR) of the `lanes`-wide pair dot product."""
+    name = f"tvm_fuse_dpbf16ps_{lanes}_{'native' if native else 'portable'}"
+    f32, i32 = f"<{lanes} x float>", f"<{lanes} x i32>"
+    header = f"define {f32} @{name}({f32} %acc, {i32} %a, {i32} %b) {{\n"
+    if native:
+        bf16 = f"<{2 * lanes} x bfloat>"
+        intrinsic = f"llvm.x86.avx512bf16.dpbf16ps.{32 * lanes}"
+        return name, (
+            f"declare {f32} @{intrinsic}({f32}, {bf16}, {bf16})\n" + header
+            + f"  %ab = bitcast {i32} %a to {bf16}\n  %bb = bitcast {i32} %b to {bf16}\n"
+            + f"  %r = call {f32} @{intrinsic}({f32} %acc, {bf16} %ab, {bf16} %bb)\n  ret {f32} %r\n}}\n")
+
+    def splat(value: int) -> str:
+        return "<" + ", ".join([f"i32 {value}"] * lanes) + ">"
+
+    body = []
+    for operand in ("a", "b"):  # each word's upper bf16 is its fp32's upper half; the lower one shifted up
+        body += [f"  %{operand}hi.i = and {i32} %{operand}, {splat(-65536)}",
+                 f"  %{operand}lo.i = shl {i32} %{operand}, {splat(16)}",
+                 f"  %{operand}hi = bitcast {i32} %{operand}hi.i to {f32}",
+                 f"  %{operand}lo = bitcast {i32} %{operand}lo.i to {f32}"]
+    body += [f"  %phi = fmul {f32} %ahi, %bhi", f"  %s = fadd {f32} %acc, %phi",
+             f"  %plo = fmul {f32} %alo, %blo", f"  %r = fadd {f32} %s, %plo", f"  ret {f32} %r"]
+    return name, header + "\n".join(body) + "\n}\n"
+
+
+def _register_bf16(lanes: int, native: bool) -> None:
+    function, llvm_ir = _bf16_llvm(lanes, native)
+    acc, words = f"float32x{lanes}", f"int32x{lanes}"
+
+    @T.prim_func(s_tir=True)
+    def desc(
+        A: T.Buffer((2,), "uint16", offset_factor=1),
+        B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
+        C: T.Buffer((lanes,), "float32", offset_factor=1, scope="local"),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 2):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[vk]), T.uint32(16))) \
+                            * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+
+    @T.prim_func(s_tir=True)
+    def impl(
+        A: T.Buffer((2,), "uint16", offset_factor=1),
+        B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
+        C: T.Buffer((lanes,), "float32", offset_factor=1, scope="local"),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
+            T.writes(C[0:lanes])
+            with T.attr(0, "pragma_import_llvm", llvm_ir):
+                word = T.reinterpret(A.vload([0], "uint16x2"), dtype="int32")
+                C[T.ramp(T.int32(0), 1, lanes)] = T.call_pure_extern(
+                    acc, function, C.vload([0], dtype=acc), T.broadcast(word, lanes),
+                    T.reinterpret(B.vload([0, 0], dtype=f"uint16x{2 * lanes}"), dtype=words))
+
+    TensorIntrin.register(bf16_dot_product(lanes, native), desc, impl)
+
+
+for _lanes in (16, 8):
+    for _native in (True, False):
+        _register_bf16(_lanes, _native)

@@ -92,6 +92,20 @@ def test_no_winograd_keeps_every_conv_direct(tmp_path, capsys, monkeypatch):
     assert names == {False: ["winograd4_conv2d"], True: ["conv2d"]}
 
 
+def test_precision_bf16_reaches_the_build_and_the_report(tmp_path, capsys):
+    weight = numpy_helper.from_array(np.ones((32, 16, 1, 1), np.float32) / 16, "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "conv1x1",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])], [weight])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert cli.main(["explain", str(path), "--json", "--precision", "bf16", "--target", "llvm -mcpu=znver4"]) == 0
+    assert [k["precision"] for k in json.loads(capsys.readouterr().out)["kernels"]] == ["bf16"]
+    assert cli.main(["explain", str(path), "--precision", "bf16", "--target", "llvm -mcpu=znver4"]) == 0
+    assert "1 of the fused kernels run in bf16" in capsys.readouterr().out
+
+
 @pytest.mark.vnni
 def test_quantize_then_build_int8_from_the_table(tmp_path, capsys):
     from tests.quantization.models import residual_block

@@ -19,6 +19,7 @@ from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
 from .quantization.realization import int8_pass
 from .target import isa_features, parse_target, target_string
+from .transform.realize_bf16 import bf16_pass
 from .tuning.database import TuningDatabase, log_paths
 
 
@@ -31,6 +32,7 @@ def build(
     disable_fusion: Iterable[str] | str | None = None,
     tuning_logs: Iterable[str | Path] | str | Path | None = None,
     quantize: QuantConfig | None = None,
+    precision: str = "fp32",
 ) -> CompiledModel:
     """Compile an ONNX model for an x86 CPU.
 
@@ -55,6 +57,11 @@ def build(
             `quantize` says otherwise. Needs AVX-512
             (with VNNI for full speed); on other targets the model builds in fp32, with a
             warning. The fusion report marks each kernel's `int8`.
+        precision: `"fp32"` (exact, the default) or `"bf16"`: blocked conv kernels multiply in
+            bf16 (weights rounded once, here; inputs as each kernel reads them) and add in
+            fp32, on AVX512-BF16's `vdpbf16ps`. On targets without AVX512-BF16 the model builds
+            in fp32, with a warning. The fusion report gives each kernel's precision. With
+            `quantize`, the convs int8 takes run in int8 and the others in bf16.
 
     Raises:
         ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
@@ -66,8 +73,9 @@ def build(
     imported = relax_module(model, input_shapes)
     onnx_model, mod = imported.onnx, imported.mod
     int8 = int8_pass(model, imported, quantize, tvm_target, input_shapes)
+    bf16 = bf16_pass(precision, tvm_target)
     try:
-        mod = optimize(mod, tvm_target, disabled, tuning, int8)
+        mod = optimize(mod, tvm_target, disabled, tuning, int8, bf16)
         report = fusion_report(mod, onnx_model, disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
@@ -85,6 +93,7 @@ def build(
         target_string(tvm_target),
         isa_features(tvm_target),
         report,
+        "bf16" if bf16 else "fp32",
     )
 
 

@@ -22,6 +22,7 @@ from .quantization.calibrate import quantize
 from .quantization.config import METHODS, QuantConfig
 from .target import host_cores, target_string
 from .transform.lower_composites import WINOGRAD_SWITCH
+from .transform.realize_bf16 import PRECISIONS
 from .tuning.database import ENV_LOGS
 from .tuning.tune import tune
 
@@ -64,7 +65,8 @@ def _load_onnx(spec: str, batch: int):
 def _build(args):
     source = _load_onnx(args.model, args.batch)
     return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
-                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args))
+                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
+                     precision=args.precision)
 
 
 def _quant_config(args) -> QuantConfig | None:
@@ -126,7 +128,8 @@ def cmd_tune(args) -> int:
 def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
-                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args))
+                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
+                      precision=args.precision)
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])
@@ -136,6 +139,9 @@ def cmd_bench(args) -> int:
     if args.int8:
         header += f"; tvm_fuse in int8 ({int8} int8 kernels), ONNX Runtime in fp32"
         header += f" (not in int8: {left_out})" if left_out else f" and in int8 ({ORT_INT8_SCHEME}, same samples)"
+    if model.precision == "bf16":
+        bf16 = sum(1 for k in model.fusion_report()["kernels"] if k["precision"] == "bf16")
+        header += f"; tvm_fuse in bf16 ({bf16} bf16 kernels), ONNX Runtime in fp32"
     print(header)
     if args.no_ort:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
@@ -232,6 +238,10 @@ def parser() -> argparse.ArgumentParser:
                                   "else the logs shipped with tvm_fuse")
         if name != "quantize":
             _int8_arguments(sub)
+        if name not in ("quantize", "tune"):
+            sub.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                             help="bf16: conv kernels multiply in bf16 and add in fp32, on AVX512-BF16's vdpbf16ps "
+                                  "(targets without it build in fp32, with a warning); default fp32, exact")
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)

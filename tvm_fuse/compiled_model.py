@@ -38,13 +38,14 @@ class CompiledModel:
     """
 
     def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features,
-                 report: FusionReport | None = None):
+                 report: FusionReport | None = None, precision: str = "fp32"):
         self._library = library
         self._report = report or FusionReport()
         self._inputs: list[TensorInfo] = list(inputs)
         self._outputs: list[TensorInfo] = list(outputs)
         self.target = target
         self.features = frozenset(features)  # ISA features the code may use
+        self.precision = precision  # "fp32" or "bf16": what `build(precision=...)` made
         # A VM runs one call at a time: each thread that runs the model gets its own, and its
         # own input buffers.
         self._per_thread = threading.local()
@@ -136,6 +137,7 @@ class CompiledModel:
         return {
             "target": self.target,
             "features": sorted(self.features),
+            "precision": self.precision,
             "inputs": [_info_to_json(i) for i in self._inputs],
             "outputs": [_info_to_json(o) for o in self._outputs],
             "fusion_report": self._report.to_json(),
@@ -150,11 +152,12 @@ class CompiledModel:
             metadata["target"],
             metadata["features"],
             FusionReport.from_json(metadata["fusion_report"]) if "fusion_report" in metadata else None,
+            metadata.get("precision", "fp32"),  # exports before bf16 builds existed
         )
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}{list(i.shape)}" for i in self._inputs)
-        return f"CompiledModel(target='{self.target}', inputs=[{ins}])"
+        return f"CompiledModel(target='{self.target}', precision='{self.precision}', inputs=[{ins}])"
 
 
 def _info_to_json(info: TensorInfo) -> dict:

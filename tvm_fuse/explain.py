@@ -25,6 +25,7 @@ from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
 from .schedules import KNOBS_ATTR
 from .transform.lower_matmuls import KERNEL_ATTR
+from .transform.realize_bf16 import BF16_ATTR
 from .transform.realize_int8 import INT8_ATTR
 from .transform.rebind import use_counts
 
@@ -33,7 +34,7 @@ _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matm
 
 @dataclass
 class FusionReport:
-    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes", "int8"}
+    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes", "int8", "precision"}
     unfused: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}
     folded: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}: no kernel at run time
     layout_transforms: int = 0
@@ -54,9 +55,8 @@ class FusionReport:
         counts = Counter(k["pattern"] for k in self.kernels)
         lines = [f"{self.kernel_calls} kernel calls per run, {len(self.kernels)} of them fused kernels:"]
         lines += [f"  {n:4d} x {pattern}" for pattern, n in counts.most_common()]
-        int8 = sum(1 for k in self.kernels if k.get("int8"))
-        if int8:
-            lines.append(f"{int8} of the fused kernels run in int8")
+        precisions = Counter(k.get("precision", "int8" if k.get("int8") else "fp32") for k in self.kernels)
+        lines += [f"{precisions[p]} of the fused kernels run in {p}" for p in ("int8", "bf16") if precisions[p]]
         lines.append(f"{len(self.unfused)} ONNX nodes left unfused:")
         lines += [f"  {u['onnx_node']} ({u['op_type']}): {u['reason']}" for u in self.unfused]
         lines.append(f"{len(self.folded)} ONNX nodes computed at build time or removed")
@@ -92,7 +92,8 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             kernel_labels = list(dict.fromkeys(labels[i] for i in provenance.span_nodes(binding.value)))
             covered.update(kernel_labels)
             report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels,
-                                   "int8": bool(func.attrs.get(INT8_ATTR, False))})
+                                   "int8": bool(func.attrs.get(INT8_ATTR, False)),
+                                   "precision": _precision(func)})
         elif _is_layout_transform(binding.value):
             report.layout_transforms += 1
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
@@ -149,6 +150,14 @@ def _op_name(mod: tvm.IRModule, call: relax.Call) -> str:
     if isinstance(call.op, relax.ExternFunc):  # a VM builtin, e.g. tensor_to_shape
         return str(call.op.global_symbol)
     return call.op.name
+
+
+def _precision(kernel: tvm.tirx.PrimFunc) -> str:
+    """What a fused kernel multiplies in: int8, bf16 or fp32."""
+    for precision, attr in (("int8", INT8_ATTR), ("bf16", BF16_ATTR)):
+        if kernel.attrs.get(attr, False):
+            return precision
+    return "fp32"
 
 
 def _is_layout_transform(value) -> bool:

@@ -10,7 +10,7 @@ lowered by `TIR_PIPELINE`.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import tvm
 from tvm import relax, tirx
@@ -72,14 +72,15 @@ def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tra
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],
-         int8: tvm.transform.Pass | None = None) -> list[tvm.transform.Pass]:
-    """Matches of the fusion table become composite functions, then one kernel each; `int8`
-    (`RealizeInt8`, or `ExposeTensors` to calibrate) sees the composites first."""
+         realize: Sequence[tvm.transform.Pass] = ()) -> list[tvm.transform.Pass]:
+    """Matches of the fusion table become composite functions, then one kernel each; the
+    `realize` passes (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the
+    composites first and turn those they take into kernels of their precision."""
     return [
         OrderResidualAdds(),
         RecordProvenance(),
         FusePatterns(disabled),
-        *([int8] if int8 else []),
+        *realize,
         LowerComposites(vector_lanes(target)),
         LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
     ]
@@ -128,10 +129,12 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
 
 
 def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
-             tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None) -> tvm.IRModule:
-    """Run every phase of `PHASES` (`int8` goes to `fuse`), then `kernels`: the fused,
-    scheduled graph the fusion report reads."""
-    passes = [p for phase in PHASES for p in (fuse(target, disabled, int8) if phase is fuse
+             tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None,
+             bf16: tvm.transform.Pass | None = None) -> tvm.IRModule:
+    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`), then `kernels`: the
+    fused, scheduled graph the fusion report reads."""
+    realize = [p for p in (int8, bf16) if p is not None]
+    passes = [p for phase in PHASES for p in (fuse(target, disabled, realize) if phase is fuse
                                              else phase(target, disabled))] + kernels(target, tuning)
     return _in_target("tvm_fuse.optimize", passes, target)(mod)
 

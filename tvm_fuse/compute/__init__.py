@@ -7,3 +7,4 @@ into the anchor's output loop.
 """
 
 SCHEDULE_RULE = "schedule_rule"  # block attribute read by `tvm_fuse.schedules.apply`
+DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: the instruction a dot-product kernel is tensorized with

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import SCHEDULE_RULE
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .conv import sliding_window
 
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
 OUT_BLOCK = 16  # s32 lanes of a zmm register
 INT8_OUT_BLOCKS = (OUT_BLOCK, 8)  # output blocks the kernel takes: zmm or ymm accumulators
-DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: "vnni" (vpdpbusd) or "avx512"
 
 
 def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dilation,
@@ -23,7 +22,7 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     w[oc, ic, ky, kx, iq, ob, q]` in s32. Padding reads `data_zero_point`, the u8 code of a
     real zero, so that the weights' zero-point correction (a constant per output channel,
     folded into the bias) holds at the borders too. `vnni`: the dot product the schedule
-    tensorizes with (`DOT_PRODUCT_ATTR`)."""
+    tensorizes with (`DOT_PRODUCT_ATTR`: "vnni" or "avx512")."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_quads, out_block, quad = weight.shape
     padded, (out_h, out_w), taps, at = sliding_window(
         data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point)

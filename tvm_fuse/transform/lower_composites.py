@@ -95,13 +95,13 @@ def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -
         if weight.ty.ndim != 2 or int(weight.ty.shape[1]) % block:
             return None
         return _Weight(position, relax.const(pack_dense_weight(weight.value.numpy(), block)))
-    tile = _winograd_tile(anchor) if winograd else None
+    tile = winograd_tile(anchor) if winograd else None
     if tile is None:
         return None
     return _Weight(position, relax.const(transform_weight(weight.value.numpy(), tile)), winograd_tile=tile)
 
 
-def _winograd_tile(conv: relax.Call) -> int | None:
+def winograd_tile(conv: relax.Call) -> int | None:
     """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv (`choose_tile`)."""
     attrs = conv.attrs
     data, weight = (None if arg.ty.shape is None else list(arg.ty.shape) for arg in conv.args)
@@ -111,6 +111,14 @@ def _winograd_tile(conv: relax.Call) -> int | None:
         return None
     top, left, bottom, right = (int(p) for p in attrs.padding)
     return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1)
+
+
+def called_composite(mod: tvm.IRModule, call: relax.Call) -> relax.Function | None:
+    """The composite function of the fusion table that `call` calls, if it calls one."""
+    if not isinstance(call.op, relax.GlobalVar):
+        return None
+    func = mod[call.op]
+    return func if isinstance(func, relax.Function) and PATTERN_ATTR in (func.attrs or {}) else None
 
 
 @relax.expr_functor.mutator
@@ -123,10 +131,8 @@ class _Lowerer(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if not isinstance(call.op, relax.GlobalVar):
-            return call
-        func = self.mod[call.op]
-        if not isinstance(func, relax.Function) or PATTERN_ATTR not in (func.attrs or {}):
+        func = called_composite(self.mod, call)
+        if func is None:
             return call
         args = list(call.args)
         rearranged = _rearranged_weight(func, args, self.block, self.winograd)
@@ -157,9 +163,13 @@ def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args
 WINOGRAD_SWITCH = "TVM_FUSE_DISABLE_WINOGRAD"
 
 
+def winograd_enabled() -> bool:
+    return os.environ.get(WINOGRAD_SWITCH, "").strip().lower() in ("", "0", "false", "no", "off")
+
+
 def LowerComposites(block: int) -> tvm.transform.Pass:
     """`block`: the vector width in fp32 lanes, by which dense weights are packed."""
-    winograd = os.environ.get(WINOGRAD_SWITCH, "").strip().lower() in ("", "0", "false", "no", "off")
+    winograd = winograd_enabled()
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerComposites")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

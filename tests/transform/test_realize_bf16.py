@@ -1,0 +1,103 @@
+"""RealizeBf16 (`build(precision="bf16")`): the blocked convs it takes run on `vdpbf16ps` kernels,
+the others stay fp32, and the build says so; targets without AVX512-BF16 build in fp32."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.errors import InputError
+from tvm_fuse.explain import FusionReport
+from tvm_fuse.transform.apply_schedules import vector_lanes
+from tvm_fuse.transform.realize_bf16 import RealizeBf16
+
+BF16_TARGET = "llvm -mcpu=znver4 -num-cores=2"  # AVX512-BF16 without AMX
+
+
+def _model():
+    """1x1 conv 16->32 + ReLU, depthwise 3x3 + ReLU, 3x3 stride-2 conv 32->32 + residual-free bias."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="pointwise"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "wd"], ["c2"], name="depthwise", group=32, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"], name="strided", strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "bf16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [weight("w1", 32, 16, 1, 1), weight("wd", 32, 1, 3, 3), weight("w3", 32, 32, 3, 3),
+         numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b3")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _precisions(model) -> dict[str, str]:
+    return {node: k["precision"] for k in model.fusion_report()["kernels"] for node in k["onnx_nodes"]}
+
+
+def test_convs_run_on_vdpbf16ps_and_depthwise_stays_fp32():
+    model = tvm_fuse.build(_model(), BF16_TARGET, precision="bf16")
+    assert model.precision == "bf16"
+    precisions = _precisions(model)
+    assert (precisions["pointwise"], precisions["strided"], precisions["depthwise"]) == ("bf16", "bf16", "fp32")
+    assert "vdpbf16ps" in model.assembly()
+    assert "2 of the fused kernels run in bf16" in FusionReport.from_json(model.fusion_report()).summary()
+
+
+def test_fp32_is_the_default_and_has_no_bf16_instruction():
+    model = tvm_fuse.build(_model(), BF16_TARGET)
+    assert model.precision == "fp32" and set(_precisions(model).values()) == {"fp32"}
+    assert "vdpbf16ps" not in model.assembly()
+
+
+def test_a_target_without_avx512_bf16_builds_in_fp32_with_a_warning():
+    with pytest.warns(UserWarning, match="need AVX512-BF16"):
+        model = tvm_fuse.build(_model(), "llvm -mcpu=cascadelake", precision="bf16")
+    assert model.precision == "fp32" and "vdpbf16ps" not in model.assembly()
+
+
+def test_an_unknown_precision_is_refused():
+    with pytest.raises(InputError, match="precision must be one of fp32, bf16"):
+        tvm_fuse.build(_model(), BF16_TARGET, precision="fp16")
+
+
+def test_export_and_load_keep_the_precision(tmp_path):
+    model = tvm_fuse.build(_model(), BF16_TARGET, precision="bf16")
+    loaded = tvm_fuse.load(model.export(tmp_path / "bf16.so"))
+    assert loaded.precision == "bf16" and _precisions(loaded) == _precisions(model)
+
+
+@pytest.mark.bf16
+def test_bf16_build_matches_onnx_runtime_within_bf16_rounding():
+    model = _model()
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 28, 28)).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native", precision="bf16")
+    assert ours.precision == "bf16"
+    # Operands rounded to 8 significant bits, two layers deep: about 2^-8 of the output's scale.
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+
+
+def test_bf16_build_in_the_portable_form_matches_onnx_runtime_on_any_host(monkeypatch):
+    """The whole build (weights packed, data rounded as padded, epilogues in fp32) with
+    `vdpbf16ps` replaced by its portable form, on this host's vector width."""
+    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
+                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+    model = _model()
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 28, 28)).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native", precision="bf16")
+    assert set(_precisions(ours).values()) == {"bf16", "fp32"}
+    reference = ort_outputs(model, feed)
+    assert_close(ours.run(None, feed), reference, rtol=2e-2)
+    # and bf16 rounding is really there: fp32 kernels land much closer
+    (bf16_out,), (fp32_out,) = ours.run(None, feed), tvm_fuse.build(model, "native").run(None, feed)
+    assert np.abs(bf16_out - reference[0]).max() > 10 * np.abs(fp32_out - reference[0]).max()

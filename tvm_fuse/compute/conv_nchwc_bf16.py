@@ -1,0 +1,35 @@
+"""bf16 convolution in the blocked layout: fp32 activations NCHW{c}c (c even), rounded to bf16
+as the kernel pads them, times bf16 weights OIHW{c/2}i{16}o2i, accumulated in fp32 NCHW16c
+(or 8c). Two consecutive input channels are one 32-bit word, so one output block takes a
+16 x 2 dot product per word: what AVX512-BF16's `vdpbf16ps` computes in one instruction."""
+
+from __future__ import annotations
+
+from tvm import te
+
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from .bf16 import PAIR, from_bits, to_bits_tensor
+from .conv import sliding_window
+
+CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
+BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
+
+
+def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, native: bool = True) -> te.Tensor:
+    """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ip, p} bf16(data[n, ic, y*s+ky*d, x*s+kx*d, ip*2+p]) *
+    w[oc, ic, ky, kx, ip, ob, p]` in fp32, `w` the bf16 bits of `compute.bf16.pack_pairs`.
+    `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`)."""
+    out_chunks, in_chunks, kernel_h, kernel_w, in_pairs, out_block, pair = weight.shape
+    padded, (out_h, out_w), taps, at = sliding_window(
+        to_bits_tensor(data), (kernel_h, kernel_w), strides, padding, dilation, 1)
+    ic = te.reduce_axis((0, in_chunks), name="ic")
+    ip = te.reduce_axis((0, in_pairs), name="ip")
+    p = te.reduce_axis((0, pair), name="p")
+
+    def value(n, oc, y, x, ob):
+        pixel = from_bits(padded[(n, ic, *at((y, x)), ip * PAIR + p)])
+        return te.sum(pixel * from_bits(weight[(oc, ic, *taps, ip, ob, p)]), axis=[ic, *taps, ip, p])
+
+    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv",
+                      attrs={SCHEDULE_RULE: CONV_NCHWC_BF16_RULE,
+                             DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
