@@ -12,8 +12,10 @@ from tvm import s_tir
 
 from .common import (
     accumulate_in_registers,
+    accumulator_budget,
     divisor,
     divisors,
+    fullest_tile,
     inline_epilogue,
     static_extent,
     store_tile,
@@ -27,26 +29,29 @@ class ConvNCHWcKnobs:
     unroll_kernel_width: bool = False  # unroll the kernel-width taps too
 
 
-def default_register_tile(sch: s_tir.Schedule, block) -> tuple[int, int]:
+def default_register_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, int]:
     """(width_tile, channel_tile) for a conv block whose loops start n, chunk, y, x."""
     loops = sch.get_loops(block)
     chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
+    if lanes < 16:
+        return fullest_tile(width, chunks, accumulator_budget(lanes, 28))
     # Up to 28 accumulators leaves registers for the weight vectors; wide rows take more
     # channel blocks. Over the benchmark CNNs' convs this lands within 8% of the best knobs
-    # measured per layer.
+    # measured per layer (AVX-512).
     channel_tile = divisor(chunks, (4, 2, 1) if width >= 28 else (2, 1))
     return divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile
 
 
-def register_tiles(sch: s_tir.Schedule, block) -> list[tuple[int, int]]:
-    """Every (width_tile, channel_tile) of at most 28 accumulators the loop extents divide."""
+def register_tiles(sch: s_tir.Schedule, block, lanes: int) -> list[tuple[int, int]]:
+    """Every (width_tile, channel_tile) within the accumulator budget the loop extents divide."""
     loops = sch.get_loops(block)
     chunks, width = (sch.get(loops[axis]).extent for axis in (1, 3))
-    return [(w, c) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= 28]
+    budget = accumulator_budget(lanes, 28)
+    return [(w, c) for c in divisors(chunks, 4) for w in divisors(width, 16) if w * c <= budget]
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
-    return ConvNCHWcKnobs(*default_register_tile(sch, block))
+    return ConvNCHWcKnobs(*default_register_tile(sch, block, lanes))
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
     """Every register tile (`register_tiles`), with and without the kernel width unrolled."""
     kernel_w = sch.get(sch.get_loops(block)[7]).extent
     unrolls = (False, True) if static_extent(kernel_w) > 1 else (False,)
-    return [ConvNCHWcKnobs(w, c, u) for w, c in register_tiles(sch, block) for u in unrolls]
+    return [ConvNCHWcKnobs(w, c, u) for w, c in register_tiles(sch, block, lanes) for u in unrolls]
 
 
 def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:

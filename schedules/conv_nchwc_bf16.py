@@ -23,11 +23,11 @@ class ConvNCHWcBf16Knobs:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcBf16Knobs:
     # The fp32 kernel's tile: the same accumulators and one weight vector per channel block.
-    return ConvNCHWcBf16Knobs(*default_register_tile(sch, block))
+    return ConvNCHWcBf16Knobs(*default_register_tile(sch, block, lanes))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcBf16Knobs]:
-    return [ConvNCHWcBf16Knobs(w, c) for w, c in register_tiles(sch, block)]
+    return [ConvNCHWcBf16Knobs(w, c) for w, c in register_tiles(sch, block, lanes)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcBf16Knobs | None = None) -> None:

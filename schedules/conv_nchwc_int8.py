@@ -44,7 +44,7 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcInt8Knobs:
         return ConvNCHWcInt8Knobs(4, channel_tile)
     if 0 < width <= 7:
         return ConvNCHWcInt8Knobs(width, divisor(chunks, (4, 2, 1)))
-    return ConvNCHWcInt8Knobs(*default_register_tile(sch, block))
+    return ConvNCHWcInt8Knobs(*default_register_tile(sch, block, lanes))
 
 
 _TILE_WEIGHT_BYTES = 16 * 1024
@@ -67,7 +67,7 @@ def _reuses_input_rows(sch: s_tir.Schedule, block) -> bool:
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcInt8Knobs]:
-    return [ConvNCHWcInt8Knobs(w, c) for w, c in register_tiles(sch, block)]
+    return [ConvNCHWcInt8Knobs(w, c) for w, c in register_tiles(sch, block, lanes)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs | None = None) -> None:

@@ -20,12 +20,12 @@ def _block(sch: s_tir.Schedule, block) -> int:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
     *_, rows, columns, _, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return default_tile(rows, columns // _block(sch, block))
+    return default_tile(rows, columns // _block(sch, block), lanes)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DensePackedKnobs]:
     *_, rows, columns, _, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return tile_space(rows, columns // _block(sch, block))
+    return tile_space(rows, columns // _block(sch, block), lanes)
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:

@@ -13,6 +13,7 @@ from tvm import s_tir
 
 from .common import (
     accumulate_in_registers,
+    accumulator_budget,
     accumulator_tile,
     divisor,
     divisors,
@@ -34,23 +35,24 @@ def _vector(sch: s_tir.Schedule, block, lanes: int) -> int:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DensePackedKnobs:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return default_tile(rows, columns // _vector(sch, block, lanes))
+    return default_tile(rows, columns // _vector(sch, block, lanes), lanes)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DensePackedKnobs]:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return tile_space(rows, columns // _vector(sch, block, lanes))
+    return tile_space(rows, columns // _vector(sch, block, lanes), lanes)
 
 
-def default_tile(rows, vectors) -> DensePackedKnobs:
+def default_tile(rows, vectors, lanes: int) -> DensePackedKnobs:
     """The tile for `rows` rows and `vectors` accumulator vectors of output columns."""
     row_tile = divisor(rows, [8, 6, 4, 2])
-    return DensePackedKnobs(row_tile, accumulator_tile(vectors, row_tile))
+    return DensePackedKnobs(row_tile, accumulator_tile(vectors, row_tile, lanes))
 
 
-def tile_space(rows, vectors) -> list[DensePackedKnobs]:
-    """Every tile of at most 28 accumulators the extents divide."""
-    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5) if r * c <= 28]
+def tile_space(rows, vectors, lanes: int) -> list[DensePackedKnobs]:
+    """Every tile within the accumulator budget the extents divide."""
+    budget = accumulator_budget(lanes, 28)
+    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5) if r * c <= budget]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:

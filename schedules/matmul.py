@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .common import (
+    accumulator_budget,
     accumulator_tile,
     divisor,
     divisors,
@@ -28,7 +29,7 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
     width = divisor(columns, [lanes >> s for s in range(lanes.bit_length())])
     row_tile = divisor(rows, [4, 2])
-    return MatmulKnobs(width, row_tile, accumulator_tile(columns // width, row_tile))
+    return MatmulKnobs(width, row_tile, accumulator_tile(columns // width, row_tile, lanes))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
@@ -36,7 +37,7 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
     vectors = columns // default.column_vector
     return [MatmulKnobs(default.column_vector, r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5)
-            if r * c <= 28]
+            if r * c <= accumulator_budget(lanes, 28)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:

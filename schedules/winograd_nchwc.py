@@ -13,8 +13,10 @@ from tvm import s_tir
 
 from .common import (
     accumulate_in_registers,
+    accumulator_budget,
     divisor,
     divisors,
+    fullest_tile,
     store_tile,
     vectorize_innermost,
 )
@@ -28,13 +30,16 @@ class WinogradKnobs:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> WinogradKnobs:
     _, _, _, chunks, tiles, *_ = (sch.get(loop).extent for loop in sch.get_loops(block))
+    if lanes < 16:
+        return WinogradKnobs(*fullest_tile(tiles, chunks, accumulator_budget(lanes, 28)))
     channel_tile = divisor(chunks, (2, 1))
     return WinogradKnobs(divisor(tiles, range(min(14, 28 // channel_tile), 0, -1)), channel_tile)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[WinogradKnobs]:
     _, _, _, chunks, tiles, *_ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    return [WinogradKnobs(t, c) for c in divisors(chunks, 4) for t in divisors(tiles, 16) if t * c <= 28]
+    budget = accumulator_budget(lanes, 28)
+    return [WinogradKnobs(t, c) for c in divisors(chunks, 4) for t in divisors(tiles, 16) if t * c <= budget]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs | None = None) -> None:
