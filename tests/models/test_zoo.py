@@ -1,4 +1,4 @@
-"""The architectures of `tvm_fuse.models.zoo` (YOLOv8-style detector, U-Net, CRNN) build for the
+"""The architectures of `tvm_fuse.models.zoo` (YOLOv8-style detector, MobileNetV3 with SE blocks, U-Net, CRNN) build for the
 native target, match ONNX Runtime within 1e-3 of each output's largest magnitude at batch 1
 and 2, and their fusion report accounts for every node."""
 
@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow
 MODELS = {  # name -> (builder, input name, input shape without the batch)
     "yolov8_detector": (zoo.yolov8_detector, "images", (3, 64, 64)),
     "unet": (zoo.unet, "image", (3, 64, 64)),
+    "mobilenet_v3": (zoo.mobilenet_v3, "input", (3, 64, 64)),
     "crnn": (zoo.crnn, "image", (1, 32, 100)),
 }
 

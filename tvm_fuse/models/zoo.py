@@ -1,6 +1,6 @@
 """Small models of the architectures users bring that no PyPI wheel ships, written node by
 node as their exporters write them (seeded weights, `built._Graph`): a YOLOv8-style detector,
-a U-Net, and a CRNN text recognizer. They are small (64x64 images) so that the tests of the
+a MobileNetV3 with squeeze-excitation, a U-Net, and a CRNN text recognizer. They are small (64x64 images) so that the tests of the
 real-model issues can build them in seconds; what matters is the ops and how they connect.
 """
 
@@ -87,6 +87,60 @@ def yolov8_detector(batch: int | str = "batch", size: int = 64, classes: int = 8
     return g.model("yolov8_detector",
                    [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, size, size])],
                    [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, 4 + classes, anchors_count])])
+
+
+def _activation(g: _Graph, x: str, hard_swish: bool, name: str) -> str:
+    return g.node("HardSwish", [x], name) if hard_swish else g.relu(x, name)
+
+
+def _squeeze_excite(g: _Graph, x: str, channels: int, name: str) -> str:
+    """torchvision's SqueezeExcitation: global pool, 1x1 conv to a quarter of the channels
+    (rounded up to 8), ReLU, 1x1 conv back, HardSigmoid (alpha 1/6), channel-wise Mul."""
+    squeezed = -(-channels // 4 // 8) * 8
+    y = g.node("GlobalAveragePool", [x], f"{name}.pool")
+    for i, (c_in, c_out) in enumerate([(channels, squeezed), (squeezed, channels)]):
+        weight = g.normal(f"{name}.fc{i}.weight", (c_out, c_in, 1, 1), np.sqrt(2.0 / c_in))
+        y = g.node("Conv", [y, weight, g.normal(f"{name}.fc{i}.bias", c_out, 0.1)], f"{name}.fc{i}", kernel_shape=[1, 1])
+        y = g.relu(y, f"{name}.relu") if i == 0 else g.node("HardSigmoid", [y], f"{name}.gate", alpha=1 / 6, beta=0.5)
+    return g.node("Mul", [y, x], f"{name}.scale")
+
+
+def _bneck(g: _Graph, x: str, c_in: int, expanded: int, c_out: int, kernel: int, stride: int, se: bool,
+           hard_swish: bool, name: str) -> str:
+    """MobileNetV3's inverted residual: 1x1 expand, depthwise kxk, optional SE, linear 1x1 projection,
+    and the residual add when the shape is kept."""
+    y = x
+    if expanded != c_in:
+        y = _activation(g, g.bn(g.conv(y, c_in, expanded, 1, f"{name}.expand"), expanded, f"{name}.expand.bn"),
+                        hard_swish, f"{name}.expand.act")
+    y = g.bn(g.conv(y, expanded, expanded, kernel, f"{name}.dw", stride, groups=expanded), expanded, f"{name}.dw.bn")
+    y = _activation(g, y, hard_swish, f"{name}.dw.act")
+    if se:
+        y = _squeeze_excite(g, y, expanded, f"{name}.se")
+    y = g.bn(g.conv(y, expanded, c_out, 1, f"{name}.project"), c_out, f"{name}.project.bn", residual=True)
+    return g.node("Add", [x, y], f"{name}.add") if stride == 1 and c_in == c_out else y
+
+
+def mobilenet_v3(batch: int | str = "batch", size: int = 64, classes: int = 10, seed: int = 0) -> onnx.ModelProto:
+    """A MobileNetV3-Small-style classifier as torchvision exports it: HardSwish stem, inverted
+    residuals with ReLU or HardSwish, 3x3 and 5x5 depthwise convs, squeeze-excitation blocks,
+    a 1x1 conv, global pool and a Gemm / HardSwish / Gemm head.
+    "input" [batch, 3, size, size] -> "logits" [batch, classes]."""
+    g = _Graph(seed)
+    x = g.node("HardSwish", [g.bn(g.conv("input", 3, 16, 3, "stem", 2), 16, "stem.bn")], "stem.act")
+    blocks = [(16, 16, 16, 3, 2, True, False), (16, 72, 24, 3, 2, False, False), (24, 88, 24, 3, 1, False, False),
+              (24, 96, 40, 5, 2, True, True), (40, 240, 40, 5, 1, True, True), (40, 120, 48, 5, 1, True, True)]
+    for i, block in enumerate(blocks):
+        x = _bneck(g, x, *block, f"block{i}")
+    x = g.node("HardSwish", [g.bn(g.conv(x, 48, 288, 1, "last"), 288, "last.bn")], "last.act")
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x], "pool")], "flatten", axis=1)
+    for i, (d_in, d_out) in enumerate([(288, 256), (256, classes)]):
+        weight = g.normal(f"fc{i}.weight", (d_out, d_in), np.sqrt(1.0 / d_in))
+        x = g.node("Gemm", [x, weight, g.normal(f"fc{i}.bias", d_out, 0.1)], f"fc{i}", transB=1,
+                   output="logits" if i else None)
+        x = g.node("HardSwish", [x], "fc0.act") if i == 0 else x
+    return g.model("mobilenet_v3", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
 
 
 def _cbr(g: _Graph, x: str, c_in: int, c_out: int, name: str) -> str:
