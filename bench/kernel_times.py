@@ -4,6 +4,7 @@ each call's wall time is reported, grouped by kernel.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
     python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
+    python bench/kernel_times.py ppocr_rec          # a real model (bench/models.py), on its own feed
 
 Python's clock around each call adds a few microseconds to every figure.
 """
@@ -17,18 +18,18 @@ from collections import defaultdict
 import numpy as np
 import onnx
 import tvm
-from models import CALIBRATION_SEED
+from models import CALIBRATION_SEED, model_and_feed
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.frontend.importer import graph_inputs
-from tvm_fuse.models import named_model
 
 
-def kernel_times(model: tvm_fuse.CompiledModel, runs: int, warmup: int = 5) -> dict[str, list[float]]:
-    """Kernel name -> the median milliseconds of each of its calls in a run."""
+def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = None,
+                 warmup: int = 5) -> dict[str, list[float]]:
+    """Kernel name -> the median milliseconds of each of its calls in a run on `feed` (None: random)."""
     machine = model._machine()
-    args = [tvm.runtime.tensor(v) for v in random_feed(model.get_inputs()).values()]
+    args = [tvm.runtime.tensor(v) for v in (feed or random_feed(model.get_inputs())).values()]
     for _ in range(warmup):
         machine["main"](*args)
     started: dict[str, float] = {}
@@ -57,19 +58,20 @@ def kernel_times(model: tvm_fuse.CompiledModel, runs: int, warmup: int = 5) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a named model (resnet50, mobilenet_v2, ...) or an .onnx path")
+    parser.add_argument("model", help="a named model (resnet50, ppocr_rec, ...) or an .onnx path")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")
     parser.add_argument("--int8", action="store_true",
                         help="build in int8, calibrated (entropy) on 16 random batches as bench/models.py --int8")
     args = parser.parse_args()
-    source = onnx.load(args.model) if args.model.endswith(".onnx") else named_model(args.model)
+    source, feed = (onnx.load(args.model), None) if args.model.endswith(".onnx") else model_and_feed(args.model, 1)
+    shapes = {name: value.shape for name, value in feed.items()} if feed else None
     quantize = None
     if args.int8:
         inputs = graph_inputs(source)
         samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
         quantize = tvm_fuse.QuantConfig(calibration=samples)
-    times = kernel_times(tvm_fuse.build(source, quantize=quantize), args.runs)
+    times = kernel_times(tvm_fuse.build(source, quantize=quantize, input_shapes=shapes), args.runs, feed)
     total = sum(sum(t) for t in times.values())
     print(f"{args.model}: kernels sum to {total:.2f} ms per run")
     print(f"{'total ms':>9} {'share':>6} {'calls':>5} {'ms/call':>8}  kernel")

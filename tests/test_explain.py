@@ -59,6 +59,38 @@ def test_a_disabled_family_is_named_as_the_reason():
     assert report["disabled_families"] == ["conv_relu"]
 
 
+def _plain_convs_model():
+    """A blocked conv, a grouped conv (2 groups) and a depthwise conv of 20 channels, which
+    neither an AVX-512 (16) nor an AVX2 (8) block divides."""
+    rng = np.random.default_rng(0)
+    layers = [("conv", 16, 32, 1), ("grouped", 32, 32, 2), ("narrow", 32, 20, 1), ("depthwise", 20, 20, 20)]
+    nodes, weights, x = [], [], "x"
+    for name, c_in, c_out, groups in layers:
+        weights.append(numpy_helper.from_array(
+            rng.standard_normal((c_out, c_in // groups, 3, 3)).astype(np.float32) / 8, f"{name}.w"))
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w"], [name], name=name, group=groups, pads=[1] * 4))
+        x = name
+    graph = helper.make_graph(nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 20, 8, 8])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("target, block, narrow", [
+    ("llvm -mcpu=skylake-avx512", 16, ("NCHW", "neither 16 nor 8 divides its 20 output channels")),
+    ("llvm -mcpu=haswell", 8, ("NCHW8c", None)),  # 20 outputs take blocks of 4
+])
+def test_each_conv_kernel_reports_its_layout_and_why_one_stayed_nchw(target, block, narrow):
+    compiled = tvm_fuse.build(_plain_convs_model(), target)
+    kernels = {k["onnx_nodes"][0]: k for k in compiled.fusion_report()["kernels"]}
+    assert kernels["conv"]["layout"] == f"NCHW{block}c" and "plain_reason" not in kernels["conv"]
+    assert (kernels["narrow"]["layout"], kernels["narrow"].get("plain_reason")) == narrow
+    assert "2 groups" in kernels["grouped"]["plain_reason"] and kernels["grouped"]["layout"] == "NCHW"
+    assert kernels["depthwise"]["plain_reason"] == f"a depthwise conv of 20 channels, which {block} does not divide"
+    assert "depthwise (depthwise_conv2d): a depthwise conv of 20" in compiled._report.summary()
+
+
 def test_an_unknown_family_is_refused_with_the_choices():
     with pytest.raises(tvm_fuse.TvmFuseError, match="conv_relu"):
         tvm_fuse.build(_conv_model(), disable_fusion=["conv_rleu"])

@@ -19,6 +19,7 @@ from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
 from .quantization.realization import int8_pass
 from .target import isa_features, parse_target, target_string
+from .transform.apply_schedules import vector_lanes
 from .transform.realize_bf16 import bf16_pass
 from .tuning.database import TuningDatabase, log_paths
 
@@ -76,7 +77,7 @@ def build(
     bf16 = bf16_pass(precision, tvm_target)
     try:
         mod = optimize(mod, tvm_target, disabled, tuning, int8, bf16)
-        report = fusion_report(mod, onnx_model, disabled)
+        report = fusion_report(mod, onnx_model, vector_lanes(tvm_target), disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
         report.kernel_calls = count_kernel_calls(mod)

@@ -24,6 +24,7 @@ from .frontend.importer import UNBUILT_ATTR, UNBUILT_NODES_ATTR, graph_functions
 from .patterns.switches import env_variable
 from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
 from .schedules import KNOBS_ATTR
+from .transform.blocked_layout import plain_reason
 from .transform.lower_matmuls import KERNEL_ATTR
 from .transform.realize_bf16 import BF16_ATTR
 from .transform.realize_int8 import INT8_ATTR
@@ -34,7 +35,8 @@ _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matm
 
 @dataclass
 class FusionReport:
-    kernels: list[dict] = field(default_factory=list)  # {"name", "pattern", "onnx_nodes", "int8", "precision"}
+    # {"name", "pattern", "onnx_nodes", "int8", "precision", "layout"}; a 2-D conv in NCHW adds "plain_reason"
+    kernels: list[dict] = field(default_factory=list)
     unfused: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}
     folded: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}: no kernel at run time
     layout_transforms: int = 0
@@ -60,6 +62,10 @@ class FusionReport:
         lines.append(f"{len(self.unfused)} ONNX nodes left unfused:")
         lines += [f"  {u['onnx_node']} ({u['op_type']}): {u['reason']}" for u in self.unfused]
         lines.append(f"{len(self.folded)} ONNX nodes computed at build time or removed")
+        plain = [k for k in self.kernels if "plain_reason" in k]
+        if plain:
+            lines.append(f"{len(plain)} conv kernels run in NCHW, not blocked:")
+            lines += [f"  {', '.join(k['onnx_nodes'][:1])} ({k['name']}): {k['plain_reason']}" for k in plain]
         lines.append(f"{self.layout_transforms} layout transforms")
         if self.disabled_families:
             lines.append(f"disabled fusion families: {', '.join(self.disabled_families)}")
@@ -73,8 +79,9 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
     return user_node_name(node) or f"{node.op_type}#{index}"
 
 
-def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> FusionReport:
-    """The report for `mod` (from `pipeline.optimize`) of `model` (as imported). A fix-up's
+def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disabled=()) -> FusionReport:
+    """The report for `mod` (from `pipeline.optimize` with blocks of `block` channels) of `model`
+    (as imported). A fix-up's
     replacement nodes are reported once, under the name of the node they replace. A node split
     by a disabled family (a Conv whose bias add is left out) is in a kernel and in `unfused`."""
     nodes = all_nodes(model)
@@ -93,7 +100,8 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, disabled=()) -> Fus
             covered.update(kernel_labels)
             report.kernels.append({"name": name, "pattern": str(func.attrs[PATTERN_ATTR]), "onnx_nodes": kernel_labels,
                                    "int8": bool(func.attrs.get(INT8_ATTR, False)),
-                                   "precision": _precision(func)})
+                                   "precision": _precision(func),
+                                   **_conv_layout(binding.value, str(func.attrs[PATTERN_ATTR]), block)})
         elif _is_layout_transform(binding.value):
             report.layout_transforms += 1
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
@@ -158,6 +166,27 @@ def _precision(kernel: tvm.tirx.PrimFunc) -> str:
         if kernel.attrs.get(attr, False):
             return precision
     return "fp32"
+
+
+def _conv_layout(call: relax.Call, pattern: str, block: int) -> dict:
+    """{"layout"} of a 2-D conv kernel's input, and {"plain_reason"} if that is NCHW; {} otherwise."""
+    data, weight, *_ = call.args[1].fields
+    data_shape, weight_shape = data.ty.shape, weight.ty.shape
+    if "conv2d" not in pattern.split("+")[0] or data_shape is None:
+        return {}
+    if len(data_shape) == 5:
+        return {"layout": f"NCHW{int(data_shape[4])}c"}
+    if len(data_shape) != 4 or weight_shape is None or len(weight_shape) != 4:
+        return {}
+    channels, outputs, per_group = (int(d) if isinstance(d, tvm.tirx.IntImm) else None
+                                    for d in (data_shape[1], weight_shape[0], weight_shape[1]))
+    if None in (channels, outputs, per_group):
+        reason = "its channel counts are not known at build time"
+    else:
+        # The layout was chosen for the float32 conv, before int8 or bf16 realized it.
+        reason = plain_reason(channels, outputs, channels // per_group, "float32", block)
+    return {"layout": "NCHW", "plain_reason": reason or "the conversion to blocked layouts failed for the "
+                                                      "whole model (a warning named the cause)"}
 
 
 def _is_layout_transform(value) -> bool:

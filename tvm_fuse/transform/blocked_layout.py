@@ -54,25 +54,35 @@ def _layouts(block: int):
             return _KEEP
         data, weight = call.args
         shapes = (data.ty.shape, weight.ty.shape)
-        if any(s is None for s in shapes) or str(data.ty.dtype) != "float32":
+        if any(s is None for s in shapes) or not all(isinstance(d, tvm.tirx.IntImm) for d in (shapes[0][1], shapes[1][0])):
             return _KEEP
-        channels, outputs = data.ty.shape[1], weight.ty.shape[0]
-        if not all(isinstance(d, tvm.tirx.IntImm) for d in (channels, outputs)):
+        channels, outputs, groups = int(shapes[0][1]), int(shapes[1][0]), int(attrs.groups)
+        if plain_reason(channels, outputs, groups, str(data.ty.dtype), block) is not None:
             return _KEEP
-        channels, outputs, groups = int(channels), int(outputs), int(attrs.groups)
         if groups == 1:
             # Fewer input channels than a block (an image's 3) form one block of their own;
             # otherwise inputs and outputs take the widest block that divides them (24: 8).
             inputs = channels if channels < block else _widest_block(channels, block)
             out_block = _widest_block(outputs, block)
-            if inputs is None or out_block is None:
-                return _KEEP
             return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{out_block}o", f"NCHW{out_block}c"]}
-        if groups == channels == outputs and outputs % block == 0:  # depthwise
-            return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}
-        return _KEEP
+        return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}  # depthwise
 
     return choose
+
+
+def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: int) -> str | None:
+    """Why a 2-D conv of these channels keeps NCHW with blocks of `block` (None: it is blocked)."""
+    if dtype != "float32":
+        return f"its input is {dtype}; the blocked layout is chosen for float32 convs"
+    if groups == 1:
+        if channels >= block and _widest_block(channels, block) is None:
+            return f"neither {block} nor {block // 2} divides its {channels} input channels"
+        if _widest_block(outputs, block) is None:
+            return f"neither {block} nor {block // 2} divides its {outputs} output channels"
+        return None
+    if groups == channels == outputs:
+        return None if outputs % block == 0 else f"a depthwise conv of {outputs} channels, which {block} does not divide"
+    return f"a grouped conv ({groups} groups) that is not depthwise: the blocked kernels are dense or depthwise"
 
 
 def _widest_block(channels: int, block: int) -> int | None:
