@@ -81,9 +81,9 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
 
 def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disabled=()) -> FusionReport:
     """The report for `mod` (from `pipeline.optimize` with blocks of `block` channels) of `model`
-    (as imported). A fix-up's
-    replacement nodes are reported once, under the name of the node they replace. A node split
-    by a disabled family (a Conv whose bias add is left out) is in a kernel and in `unfused`."""
+    (as imported). A fix-up's replacement nodes are reported once, under the name of the node
+    they replace. A node split by a disabled family (a Conv whose bias add is left out) is in a
+    kernel and in `unfused`."""
     nodes = all_nodes(model)
     labels = [node_label(node, i) for i, node in enumerate(nodes)]
     graphs = graph_functions(mod)

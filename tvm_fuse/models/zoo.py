@@ -1,7 +1,8 @@
 """Small models of the architectures users bring that no PyPI wheel ships, written node by
 node as their exporters write them (seeded weights, `built._Graph`): a YOLOv8-style detector,
-a MobileNetV3 with squeeze-excitation, a U-Net, and a CRNN text recognizer. They are small (64x64 images) so that the tests of the
-real-model issues can build them in seconds; what matters is the ops and how they connect.
+a MobileNetV3 with squeeze-excitation, a U-Net, and a CRNN text recognizer. They are small
+(64x64 images) so that the tests of the real-model issues can build them in seconds; what
+matters is the ops and how they connect.
 """
 
 from __future__ import annotations

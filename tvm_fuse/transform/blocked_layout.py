@@ -53,10 +53,12 @@ def _layouts(block: int):
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW"):
             return _KEEP
         data, weight = call.args
-        shapes = (data.ty.shape, weight.ty.shape)
-        if any(s is None for s in shapes) or not all(isinstance(d, tvm.tirx.IntImm) for d in (shapes[0][1], shapes[1][0])):
+        if data.ty.shape is None or weight.ty.shape is None:
             return _KEEP
-        channels, outputs, groups = int(shapes[0][1]), int(shapes[1][0]), int(attrs.groups)
+        channels, outputs = data.ty.shape[1], weight.ty.shape[0]
+        if not all(isinstance(d, tvm.tirx.IntImm) for d in (channels, outputs)):
+            return _KEEP
+        channels, outputs, groups = int(channels), int(outputs), int(attrs.groups)
         if plain_reason(channels, outputs, groups, str(data.ty.dtype), block) is not None:
             return _KEEP
         if groups == 1:
