@@ -9,12 +9,13 @@ latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See doc
 Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
 ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
 
-In fp32, OpenVINO (its CPU plugin, f32, latency hint) takes turns with the other two in the
-same run; --no-openvino leaves it out. With --int8 it is left out as well.
+OpenVINO (its CPU plugin, f32, latency hint) takes turns with the other two in the same run;
+--no-openvino leaves it out.
 
-With --int8, each model also runs in int8 in tvm_fuse and in ONNX Runtime (its static QDQ
-model), both calibrated on the same random feeds; one run alternates all four runtimes, and
-the int8 table adds the top-1 agreement of each int8 model with its fp32 one.
+With --int8, each model also runs in int8 in tvm_fuse, in ONNX Runtime (its static QDQ model)
+and in OpenVINO (NNCF's post-training quantization), all calibrated on the same random feeds;
+one run alternates all six runtimes, and the int8 table adds the top-1 agreement of tvm_fuse's
+and ONNX Runtime's int8 models with their fp32 ones.
 
 With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
 precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
@@ -77,7 +78,10 @@ class OpenVINOSession:
     `precision` is OpenVINO's inference precision hint: "f32", or "bf16" to let it compute in
     bfloat16 where the CPU supports it."""
 
-    def __init__(self, model: onnx.ModelProto, num_threads: int, precision: str = "f32"):
+    def __init__(self, model: onnx.ModelProto, num_threads: int, precision: str = "f32",
+                 calibration: list[dict] | None = None):
+        """`calibration`: feeds on which NNCF's post-training quantization (`nncf.quantize`, its
+        defaults: int8 activations and per-channel weights) makes the model int8 first."""
         try:
             import openvino
         except ImportError:
@@ -87,7 +91,12 @@ class OpenVINOSession:
         config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": num_threads,
                   "PERFORMANCE_HINT": "LATENCY"}
         # read_model takes the serialized ONNX model as bytes (a str would be read as a path).
-        self.compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+        read = core.read_model(model.SerializeToString())
+        if calibration is not None:
+            import nncf
+
+            read = nncf.quantize(read, nncf.Dataset(calibration), subset_size=len(calibration))
+        self.compiled = core.compile_model(read, "CPU", config)
         self.request = self.compiled.create_infer_request()
         self.output_names = [output.name for output in model.graph.output]
 
@@ -181,6 +190,9 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
     session = onnxruntime_session(onnx_model, args.threads)
     ort_int8 = onnxruntime_session(ort_int8_model(onnx_model, calibration, args.calib_method), args.threads)
     runtimes = {"ours": model, "ours_int8": int8_model, "theirs": session, "theirs_int8": ort_int8}
+    if not args.no_openvino:
+        runtimes["openvino"] = OpenVINOSession(onnx_model, args.threads)
+        runtimes["openvino_int8"] = OpenVINOSession(onnx_model, args.threads, calibration=calibration)
     times = time_alternating(runtimes, feed, args.threads, args.warmup, args.repeat)
     outputs = {name: runtime.run(None, feed) for name, runtime in runtimes.items()}
     _, max_rel_diff = differences(outputs["ours"], outputs["theirs"])
@@ -197,6 +209,12 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
             "onnxruntime": differences(outputs["theirs_int8"], outputs["theirs"])[1]},
         "top1_agreement": None,
     }
+    if "openvino_int8" in runtimes:
+        int8.update({"openvino_ms": ms["openvino"], "ratio_openvino": ms["openvino"] / ms["ours"],
+                     "openvino_latency": times["openvino"].__dict__, "openvino_int8_ms": ms["openvino_int8"],
+                     "ratio_openvino_int8": ms["openvino_int8"] / ms["ours_int8"],
+                     "openvino_int8_latency": times["openvino_int8"].__dict__})
+        int8["int8_max_rel_diff"]["openvino"] = differences(outputs["openvino_int8"], outputs["openvino"])[1]
     output = model.get_outputs()
     if len(output) == 1 and len(output[0].shape) >= 2 and all(d == 1 for d in output[0].shape[2:]):
         feeds = [random_feed(inputs, np.random.default_rng((AGREEMENT_SEED, i)), dims)
@@ -245,18 +263,25 @@ def print_bf16_table(rows: list[dict]) -> None:
 
 
 def print_int8_table(rows: list[dict]) -> None:
+    with_openvino = any("openvino_int8_ms" in r for r in rows)
     head = ("model", "batch", "int8 krn", "ours fp32", "ours int8", "ORT fp32", "ORT int8", "fp32/int8",
-            "ORT8/ours8", "ORT/ours", "top1 ours", "top1 ORT")
-    print(("{:20}{:>6}" + "{:>11}" * 10).format(*head))
+            "ORT8/ours8", "ORT/ours", *(("OV int8", "OV8/ours8") if with_openvino else ()), "top1 ours", "top1 ORT")
+    print(("{:20}{:>6}" + "{:>11}" * (len(head) - 2)).format(*head))
     for r in rows:
         agree = r["top1_agreement"]
         top1 = (f"{100 * agree['tvm_fuse']:10.1f}%{100 * agree['onnxruntime']:10.1f}%" if agree
                 else f"{'n/a':>11}{'n/a':>11}")
+        openvino = ""
+        if with_openvino:
+            openvino = (f"{r['openvino_int8_ms']:11.2f}{r['ratio_openvino_int8']:10.2f}x" if "openvino_int8_ms" in r
+                        else f"{'n/a':>11}{'n/a':>11}")
         print(f"{r['model']:20}{r['batch']:6}{r['int8_kernels']:11}{r['tvm_fuse_ms']:11.2f}{r['tvm_fuse_int8_ms']:11.2f}"
               f"{r['onnxruntime_ms']:11.2f}{r['onnxruntime_int8_ms']:11.2f}{r['int8_speedup']:10.2f}x"
-              f"{r['ratio_int8']:10.2f}x{r['ratio']:10.2f}x{top1}")
-    print(f"medians in ms; ORT int8: ONNX Runtime's {ORT_INT8_SCHEME}\n"
-          "fp32/int8: ours fp32 / ours int8; ORT8/ours8: ORT int8 / ours int8; ORT/ours: in fp32 "
+              f"{r['ratio_int8']:10.2f}x{r['ratio']:10.2f}x{openvino}{top1}")
+    print(f"medians in ms; ORT int8: ONNX Runtime's {ORT_INT8_SCHEME}; OV int8: OpenVINO after NNCF's "
+          "quantize on the same calibration feeds\n"
+          "fp32/int8: ours fp32 / ours int8; ORT8/ours8: ORT int8 / ours int8; OV8/ours8: OV int8 / ours int8; "
+          "ORT/ours: in fp32 "
           "(ratios above 1: the divisor is faster)\n"
           "top1: share of random inputs on whose argmax each int8 model agrees with its fp32 model "
           "(n/a: no single (batch, classes) output)")
@@ -300,9 +325,10 @@ def main() -> None:
                         help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="for every runtime and the peak (default: all cores)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the fp32 runs")
+    parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out (f32, and with --int8 its NNCF int8)")
     parser.add_argument("--int8", action="store_true",
-                        help="also time each model in int8, in tvm_fuse and in ONNX Runtime, and their top-1 agreement")
+                        help="also time each model in int8, in tvm_fuse, ONNX Runtime and OpenVINO (NNCF), "
+                             "and the top-1 agreement of ours and ONNX Runtime's")
     parser.add_argument("--calib-method", choices=METHODS, default="entropy", help="for --int8 (default entropy)")
     parser.add_argument("--calib-samples", type=int, default=16, metavar="N",
                         help="for --int8: random feeds (standard normal) to calibrate on (default 16)")
