@@ -13,6 +13,7 @@ AVX512_TARGET = "llvm -mcpu=skylake-avx512 -num-cores=2"
 
 _HOST = host_features()
 _GATES = {
+    "avx2": ({"avx2", "fma"}, "host CPU lacks AVX2/FMA"),
     "avx512": ({"avx512f", "avx512bw", "avx512vl"}, "host CPU lacks AVX-512 F/BW/VL"),
     "vnni": ({"avx512_vnni"}, "host CPU lacks AVX512-VNNI"),
     "bf16": ({"avx512_bf16"}, "host CPU lacks AVX512-BF16"),

@@ -55,9 +55,8 @@ def build(
         quantize: run in int8 (`QuantConfig`): calibrate on its samples first (as
             `tvm_fuse.quantize`, on this machine), or use the table it names. A pre-quantized
             (QDQ) model runs in int8 on the scales of its own QuantizeLinear nodes unless
-            `quantize` says otherwise. Needs AVX-512
-            (with VNNI for full speed); on other targets the model builds in fp32, with a
-            warning. The fusion report marks each kernel's `int8`.
+            `quantize` says otherwise. Needs AVX2 or AVX-512 (with VNNI for full speed);
+            on other targets the model builds in fp32, with a warning. The fusion report marks each kernel's `int8`.
         precision: `"fp32"` (exact, the default) or `"bf16"`: blocked conv kernels multiply in
             bf16 (weights rounded once, here; inputs as each kernel reads them) and add in
             fp32, on AVX512-BF16's `vdpbf16ps`. On targets without AVX512-BF16 the model builds

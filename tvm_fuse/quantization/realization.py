@@ -32,8 +32,8 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
     if isinstance(table, (str, Path)) and Path(table).suffix != ".json":
         sample_files(Path(table))  # a bad path is an error on any target
     features = isa_features(target)
-    if "avx512bw" not in features:
-        warnings.warn(f"int8 kernels need AVX-512 (BW); {target_string(target)} builds in fp32")
+    if "avx2" not in features and "avx512bw" not in features:
+        warnings.warn(f"int8 kernels need AVX2 or AVX-512 (BW); {target_string(target)} builds in fp32")
         return None
     if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
         table = CalibrationTable.load(table)
