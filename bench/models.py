@@ -325,7 +325,8 @@ def main() -> None:
                         help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="for every runtime and the peak (default: all cores)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out (f32, and with --int8 its NNCF int8)")
+    parser.add_argument("--no-openvino", action="store_true",
+                        help="leave OpenVINO out (f32, and with --int8 its NNCF int8)")
     parser.add_argument("--int8", action="store_true",
                         help="also time each model in int8, in tvm_fuse, ONNX Runtime and OpenVINO (NNCF), "
                              "and the top-1 agreement of ours and ONNX Runtime's")

@@ -35,9 +35,9 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
     default = default_knobs(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    vectors = columns // default.column_vector
+    vectors, budget = columns // default.column_vector, accumulator_budget(lanes, 28)
     return [MatmulKnobs(default.column_vector, r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5)
-            if r * c <= accumulator_budget(lanes, 28)]
+            if r * c <= budget]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:

@@ -101,7 +101,8 @@ def _squeeze_excite(g: _Graph, x: str, channels: int, name: str) -> str:
     y = g.node("GlobalAveragePool", [x], f"{name}.pool")
     for i, (c_in, c_out) in enumerate([(channels, squeezed), (squeezed, channels)]):
         weight = g.normal(f"{name}.fc{i}.weight", (c_out, c_in, 1, 1), np.sqrt(2.0 / c_in))
-        y = g.node("Conv", [y, weight, g.normal(f"{name}.fc{i}.bias", c_out, 0.1)], f"{name}.fc{i}", kernel_shape=[1, 1])
+        bias = g.normal(f"{name}.fc{i}.bias", c_out, 0.1)
+        y = g.node("Conv", [y, weight, bias], f"{name}.fc{i}", kernel_shape=[1, 1])
         y = g.relu(y, f"{name}.relu") if i == 0 else g.node("HardSigmoid", [y], f"{name}.gate", alpha=1 / 6, beta=0.5)
     return g.node("Mul", [y, x], f"{name}.scale")
 

@@ -83,7 +83,9 @@ def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: in
             return f"neither {block} nor {block // 2} divides its {outputs} output channels"
         return None
     if groups == channels == outputs:
-        return None if outputs % block == 0 else f"a depthwise conv of {outputs} channels, which {block} does not divide"
+        if outputs % block:
+            return f"a depthwise conv of {outputs} channels, which {block} does not divide"
+        return None
     return f"a grouped conv ({groups} groups) that is not depthwise: the blocked kernels are dense or depthwise"
 
 
