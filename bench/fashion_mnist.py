@@ -1,6 +1,7 @@
-"""int8 accuracy on real data: top-1 on the 10k Fashion-MNIST test images of two small CNNs
-trained on its 60k training images, in fp32 (ONNX Runtime, tvm_fuse) and in int8 with each
-calibration method. See docs/int8.md. Needs Debian's `dataset-fashion-mnist`.
+"""int8 and bf16 accuracy on real data: top-1 on the 10k Fashion-MNIST test images of two small
+CNNs trained on its 60k training images, in fp32 (ONNX Runtime, tvm_fuse), in int8 with each
+calibration method, and in bf16 where the CPU has AVX512-BF16. See docs/int8.md, docs/bf16.md.
+Needs Debian's `dataset-fashion-mnist`.
 
     python bench/fashion_mnist.py [report] [--batch 100] [--calib-samples 500] [--out bench/results]
     python bench/fashion_mnist.py train [--epochs 4] [--out tvm_fuse/models/fashion_mnist]
@@ -69,6 +70,12 @@ def report_model(name: str, test: tuple, calibration: np.ndarray, batch: int) ->
         row["int8"][method] = {"top1": accuracy, "drop": round(row["tvm_fuse_fp32"] - accuracy, 2),
                                "agree_with_fp32": round(100 * float(np.mean(predictions == fp32_predictions)), 2)}
         row["int8_convs"] = int8_convs(int8, onnx_model)
+    row["bf16"] = None  # n/a: a CPU without AVX512-BF16 would build fp32
+    if "avx512_bf16" in tvm_fuse.host_features():
+        bf16 = tvm_fuse.build(onnx_model, input_shapes=shapes, precision="bf16")
+        accuracy, predictions = top1(lambda feed: bf16.run(None, feed), *test, batch)
+        row["bf16"] = {"top1": accuracy, "drop": round(row["tvm_fuse_fp32"] - accuracy, 2),
+                       "agree_with_fp32": round(100 * float(np.mean(predictions == fp32_predictions)), 2)}
     return row
 
 
@@ -98,7 +105,7 @@ def report(args) -> None:
         "versions": {"tvm_fuse": tvm_fuse.__version__, "tvm": tvm.__version__,
                      "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__},
         "settings": {"batch": args.batch, "calibration": f"the first {args.calib_samples} training images",
-                     "test_images": len(test[0]), "top1": "percent", "drop": "fp32 - int8, in points"},
+                     "test_images": len(test[0]), "top1": "percent", "drop": "fp32 - int8 (or bf16), in points"},
         "results": rows,
     }
     (args.out / "fashion_mnist.json").write_text(json.dumps(result, indent=2) + "\n")

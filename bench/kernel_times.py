@@ -4,6 +4,7 @@ each call's wall time is reported, grouped by kernel.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
     python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
+    python bench/kernel_times.py resnet50 --precision bf16
     python bench/kernel_times.py ppocr_rec          # a real model (bench/models.py), on its own feed
 
 Python's clock around each call adds a few microseconds to every figure.
@@ -23,6 +24,7 @@ from models import CALIBRATION_SEED, model_and_feed
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.frontend.importer import graph_inputs
+from tvm_fuse.transform.realize_bf16 import PRECISIONS
 
 
 def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = None,
@@ -63,6 +65,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")
     parser.add_argument("--int8", action="store_true",
                         help="build in int8, calibrated (entropy) on 16 random batches as bench/models.py --int8")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="build(precision=...)")
     args = parser.parse_args()
     source, feed = (onnx.load(args.model), None) if args.model.endswith(".onnx") else model_and_feed(args.model, 1)
     shapes = {name: value.shape for name, value in feed.items()} if feed else None
@@ -71,7 +74,7 @@ def main() -> None:
         inputs = graph_inputs(source)
         samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
         quantize = tvm_fuse.QuantConfig(calibration=samples)
-    times = kernel_times(tvm_fuse.build(source, quantize=quantize, input_shapes=shapes), args.runs, feed)
+    times = kernel_times(tvm_fuse.build(source, quantize=quantize, input_shapes=shapes, precision=args.precision), args.runs, feed)
     total = sum(sum(t) for t in times.values())
     print(f"{args.model}: kernels sum to {total:.2f} ms per run")
     print(f"{'total ms':>9} {'share':>6} {'calls':>5} {'ms/call':>8}  kernel")

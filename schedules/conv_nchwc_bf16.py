@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from ..compute import DOT_PRODUCT_ATTR
-from .conv_nchwc import default_register_tile, register_tiles
-from .conv_nchwc_dot import schedule_dot_product_conv
+from .conv_nchwc import register_tiles
+from .conv_nchwc_dot import default_dot_product_tile, schedule_dot_product_conv
 from .intrinsics import bf16_dot_product
 
 
@@ -22,8 +22,7 @@ class ConvNCHWcBf16Knobs:
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcBf16Knobs:
-    # The fp32 kernel's tile: the same accumulators and one weight vector per channel block.
-    return ConvNCHWcBf16Knobs(*default_register_tile(sch, block, lanes))
+    return ConvNCHWcBf16Knobs(*default_dot_product_tile(sch, block, lanes))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcBf16Knobs]:

@@ -5,11 +5,57 @@ tensor intrinsic on a block's accumulator vector, the epilogue applied to the ti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from tvm import s_tir
 
-from .common import accumulate_in_registers, static_extent, store_tile
+from .common import accumulate_in_registers, divisor, static_extent, store_tile
+from .conv_nchwc import default_register_tile
+
+_WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
+
+
+def default_dot_product_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, int]:
+    """(width_tile, channel_tile). Measured on ResNet-50's layers, in int8 (AVX-512 VNNI host)
+    and in bf16 (AVX512-BF16 host): rows of 28 pixels or more ran fastest in 4 x 4 tiles, as
+    the fp32 conv's 7 x 4 tile, its 4 weight vectors and the broadcast input need 33 zmm
+    registers, and the spill cost 10-35%; but where those 4 channel blocks' weights pass
+    `_TILE_WEIGHT_BYTES` in a conv whose neighbouring tiles share no input rows (1x1 and
+    strided convs: the 512-channel 1x1s at 28x28, the stride-2 3x3), in 14 x 2 (ResNet-50 int8
+    1.4-1.8% faster, two A/B runs). Rows of 7 in 7 x 4, which spills as well but has no better
+    tile; other rows in the fp32 conv's tile."""
+    loops = sch.get_loops(block)
+    chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
+    if width >= 28 and width % 4 == 0:
+        channel_tile = divisor(chunks, (4, 2, 1))
+        if channel_tile == 4 and width % 14 == 0 and _tile_weight_bytes(sch, block, 4) > _TILE_WEIGHT_BYTES \
+                and not _reuses_input_rows(sch, block):
+            return 14, 2
+        return 4, channel_tile
+    if 0 < width <= 7:
+        return width, divisor(chunks, (4, 2, 1))
+    return default_register_tile(sch, block, lanes)
+
+
+_TILE_WEIGHT_BYTES = 16 * 1024
+
+
+def _tile_weight_bytes(sch: s_tir.Schedule, block, channel_tile: int) -> int:
+    """Bytes of weights a tile of `channel_tile` output blocks reads: per block, its lanes x
+    one word for each input word and tap."""
+    *_, lane, ic, ky, kx, group, _member = sch.get_loops(block)
+    reduction = [static_extent(sch.get(loop).extent) for loop in (lane, ic, ky, kx, group)]
+    return channel_tile * math.prod(reduction) * _WORD
+
+
+def _reuses_input_rows(sch: s_tir.Schedule, block) -> bool:
+    """Whether the conv has taps over a stride-1 input (a 3x3 stride-1 conv, not a 1x1 or a
+    strided one): its input width (padded) is under twice its output's."""
+    loops = sch.get_loops(block)
+    taps = [static_extent(sch.get(loops[axis]).extent) for axis in (6, 7)]
+    data = sch.get(block).reads[0].source
+    return taps != [1, 1] and int(data.shape[3]) < 2 * static_extent(sch.get(loops[3]).extent)
 
 
 def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, channel_tile: int,

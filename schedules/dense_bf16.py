@@ -1,7 +1,7 @@
 """bf16 dense layers (`tvm_fuse.compute.dense_bf16`): the fp32 dense kernel's tile (its knobs) of
 `row_tile` rows x `column_tile` column blocks of fp32 accumulators, each step a block x 2 bf16
-pair dot product tensorized as `vdpbf16ps` (or its portable form); the input rounded to bf16 in
-one pass before the tiles."""
+pair dot product tensorized as `vdpbf16ps` (or its portable form); an fp32 input rounded to bf16
+in one pass before the tiles."""
 
 from __future__ import annotations
 
@@ -33,11 +33,11 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     width = _block(sch, block)
     native = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vdpbf16ps")) == "vdpbf16ps"
     epilogue = inline_epilogue(sch, block)
-    (rounding,) = sch.get_producers(block)
-    *outer_loops, _ = sch.get_loops(rounding)
-    if outer_loops:
-        sch.parallel(sch.fuse(*outer_loops))
-    vectorize_innermost(sch, rounding, lanes)
+    for rounding in sch.get_producers(block):  # none when the input comes in bf16
+        *outer_loops, _ = sch.get_loops(rounding)
+        if outer_loops:
+            sch.parallel(sch.fuse(*outer_loops))
+        vectorize_innermost(sch, rounding, lanes)
     *lead, rows, columns, pairs, pair = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
     columns_out, column_blocks, columns_in = sch.split(columns, [None, knobs.column_tile, width])

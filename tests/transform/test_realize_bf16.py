@@ -101,3 +101,78 @@ def test_bf16_build_in_the_portable_form_matches_onnx_runtime_on_any_host(monkey
     # and bf16 rounding is really there: fp32 kernels land much closer
     (bf16_out,), (fp32_out,) = ours.run(None, feed), tvm_fuse.build(model, "native").run(None, feed)
     assert np.abs(bf16_out - reference[0]).max() > 10 * np.abs(fp32_out - reference[0]).max()
+
+
+def _residual_model():
+    """A bottleneck: 1x1 conv 16->32 + ReLU, 3x3 conv 32->32 + ReLU, 1x1 conv 32->32 + the first
+    ReLU's output + ReLU, then a global average pool. The first kernel's only readers are the
+    second's data and the third's residual add; the second's, the third's data."""
+    rng = np.random.default_rng(2)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="reduce"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="spatial", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="expand"),
+        helper.make_node("Add", ["c3", "r1"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["y"], name="pool"),
+    ]
+    graph = helper.make_graph(
+        nodes, "bf16_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 1, 1])],
+        [weight("w1", 32, 16, 1, 1), weight("w2", 32, 32, 3, 3), weight("w3", 32, 32, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _kernel_dtypes(model, target: str, native: bool) -> dict[str, tuple[list[str], str]]:
+    """Kernel name -> (its tensor arguments' dtypes, its output's dtype) after the pipeline."""
+    from tvm import relax
+
+    from tvm_fuse.frontend import relax_module
+    from tvm_fuse.pipeline import optimize
+    from tvm_fuse.target import parse_target
+
+    tvm_target = parse_target(target)
+    optimized = optimize(relax_module(model).mod, tvm_target, bf16=RealizeBf16(vector_lanes(tvm_target), native))
+    found = {}
+    for block in optimized["main"].body.blocks:
+        for binding in block.bindings:
+            call = binding.value
+            if isinstance(call, relax.Call) and call.op.name == "relax.call_tir":
+                found[call.args[0].name_hint] = ([str(a.ty.dtype) for a in call.args[1].fields], str(call.ty.dtype))
+    return found
+
+
+def test_a_kernel_only_bf16_kernels_read_passes_them_bf16():
+    kernels = _kernel_dtypes(_residual_model(), BF16_TARGET, native=True)
+    (reduce, spatial), (expand,) = ([v for k, v in kernels.items() if k.startswith(f"bf16_conv2d_{pattern}")]
+                                    for pattern in ("relu", "sum_relu"))
+    assert reduce[1] == spatial[1] == "uint16"  # written as bf16 bits
+    assert spatial[0][0] == "uint16" and expand[0][0] == "uint16"  # read as data without a rounding pass
+    assert expand[0][2] == "uint16"  # and as the residual
+    assert expand[1] == "float32"  # the pool reads it
+
+
+def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(monkeypatch):
+    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
+                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+    model = _residual_model()
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native", precision="bf16")
+    precisions = _precisions(ours)
+    assert {precisions[node] for node in ("reduce", "spatial", "expand")} == {"bf16"}  # spatial: not Winograd
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+
+
+@pytest.mark.bf16
+def test_a_bf16_chain_matches_onnx_runtime():
+    model = _residual_model()
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, "native", precision="bf16").run(None, feed), ort_outputs(model, feed), rtol=2e-2)

@@ -12,13 +12,14 @@ import numpy as np
 from tvm import te, tirx
 
 PAIR = 2  # bf16 values per 32-bit word: what one fp32 lane of `vdpbf16ps` sums
+BITS = "uint16"  # the dtype of a bf16 tensor
 
 
 def to_bits(value: tirx.PrimExpr) -> tirx.PrimExpr:
     """fp32 -> bf16 bits, rounded to nearest even (as `vcvtneps2bf16`; NaN inputs are not expected)."""
     bits = tirx.reinterpret("uint32", value)
     rounding = tirx.const(0x7FFF, "uint32") + ((bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32"))
-    return ((bits + rounding) >> tirx.const(16, "uint32")).astype("uint16")
+    return ((bits + rounding) >> tirx.const(16, "uint32")).astype(BITS)
 
 
 def from_bits(bits: tirx.PrimExpr) -> tirx.PrimExpr:
@@ -27,13 +28,20 @@ def from_bits(bits: tirx.PrimExpr) -> tirx.PrimExpr:
 
 
 def to_bits_tensor(data: te.Tensor) -> te.Tensor:
+    """`data` as bf16 bits: itself if it already is."""
+    if data.dtype == BITS:
+        return data
     return te.compute(data.shape, lambda *i: to_bits(data[i]), name="to_bf16")
+
+
+def from_bits_tensor(bits: te.Tensor) -> te.Tensor:
+    return te.compute(bits.shape, lambda *i: from_bits(bits[i]), name="from_bf16")
 
 
 def bits_of(array: np.ndarray) -> np.ndarray:
     """numpy fp32 -> bf16 bits (uint16), rounded to nearest even, as `to_bits`."""
     bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(BITS)
 
 
 def value_of(bits: np.ndarray) -> np.ndarray:

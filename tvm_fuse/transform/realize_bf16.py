@@ -4,12 +4,15 @@ Each composite whose anchor is a blocked (NCHW{c}c) conv or a dense layer with c
 becomes ONE bf16 kernel: its weights rounded to bf16 and packed in pairs along the reduction
 here, at build time (`compute.bf16`), its fp32 input rounded to bf16 as the kernel reads it (a
 conv's as it pads it), the products summed in fp32, and the composite's post-ops applied in
-fp32 to the accumulators. Outputs stay fp32, so everything that reads them is unchanged.
+fp32 to the accumulators. A kernel whose every reader is a bf16 kernel writes bf16 (as bits,
+`compute.bf16`): the reader takes it as its data without a rounding pass, or widens it exactly
+as an epilogue operand (a residual). Any other output is fp32, so what reads it is unchanged.
 
 Left in fp32: products of two activations (attention's), dense layers whose columns the vector
-width does not divide or whose reduction is odd, depthwise convs (bound by memory, not arithmetic: halving their products gains
-nothing), convs whose input block is odd (an RGB image's 3 channels: the stem), and the 3x3 convs
-Winograd takes (its 4x fewer products than a direct conv outweigh bf16's 2x rate).
+width does not divide or whose reduction is odd, depthwise convs (bound by memory, not
+arithmetic: halving their products gains nothing), convs whose input block is odd (an RGB
+image's 3 channels: the stem), and the wide 3x3 convs Winograd takes (its 4x fewer products
+outweigh bf16's 2x rate there; `DIRECT_BF16_3X3`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute.bf16 import PAIR, pack_dense_pairs, pack_pairs
+from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.matmul import pack_dense_weight
@@ -30,7 +33,7 @@ from ..patterns.table import PATTERN_ATTR
 from ..target import isa_features, target_string
 from .apply_schedules import vector_lanes
 from .lower_composites import called_composite, composite_compute, kernel_call, winograd_enabled, winograd_tile
-from .rebind import mutate_functions
+from .rebind import mutate_functions, readers
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -42,8 +45,14 @@ def RealizeBf16(lanes: int = 16, native: bool = True) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeBf16")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         realizer = _Realizer(mod, lanes, native)
-        updated = mutate_functions(
-            mod, realizer, lambda f: None if PATTERN_ATTR in (f.attrs or {}) else realizer.visit_expr(f))
+
+        def realized(func: relax.Function) -> relax.Function | None:
+            if PATTERN_ATTR in (func.attrs or {}):
+                return None
+            realizer.bits = _bits_outputs(mod, func, lanes, native)
+            return realizer.visit_expr(func)
+
+        updated = mutate_functions(mod, realizer, realized)
         return relax.transform.DeadCodeElimination()(updated)
 
     return realize
@@ -69,11 +78,49 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool):
     in_block, out_block = (int(weight.ty.shape[axis]) for axis in (4, 5))
     if int(attrs.groups) != 1 or in_block % PAIR or out_block not in BF16_OUT_BLOCKS:
         return None
-    if winograd_enabled() and winograd_tile(anchor) is not None:
+    if winograd_enabled() and winograd_tile(anchor) is not None and not _direct_beats_winograd(anchor, weight):
         return None
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
     return position, pack_pairs(weight.value.numpy()), \
         lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native)
+
+
+def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
+    """The bindings of `func` that become bf16 kernels."""
+    return {b.var for block in func.body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and (composite := called_composite(mod, b.value)) is not None
+            and bf16_anchor(composite, list(b.value.args), lanes, native) is not None}
+
+
+def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
+    """The bf16 kernels of `func` that write bf16: those only bf16 kernels read, each as its
+    anchor's data (and nowhere else in its composite) or as an epilogue operand."""
+    kernels = _bf16_kernels(mod, func, lanes, native)
+
+    def takes_bits(reader: relax.VarBinding | None, var: relax.Var) -> bool:
+        if reader is None or reader.var not in kernels:
+            return False
+        composite = called_composite(mod, reader.value)
+        data = composite.body.blocks[0].bindings[0].value.args[0]
+        reads = readers(composite)
+        params = [p for p, arg in zip(composite.params, reader.value.args) if arg.same_as(var)]
+        return all(len(reads.get(p, [])) == 1 for p in params if p.same_as(data))
+
+    found = readers(func)
+    return {var for var in kernels if all(takes_bits(r, var) for r in found.get(var, [None]))}
+
+
+# A 3x3 conv Winograd takes runs as a bf16 direct conv up to this many input channels x output
+# columns. Measured on an AVX512-BF16 host (Zen 5, bf16 builds, same run): ResNet-50's and
+# ResNet-18's 3x3s (64 x 56, 128 x 28, 256 x 14) made ResNet-50 8% and ResNet-18 17% faster
+# direct, where the bf16 chain around them stays unbroken; VGG-19's (64 x 224 ... 512 x 14) and
+# DenseNet-121's wider ones (128 x 56) were 1-8% faster left to Winograd's 4x fewer products.
+DIRECT_BF16_3X3 = 64 * 56
+
+
+def _direct_beats_winograd(conv: relax.Call, weight: relax.Expr) -> bool:
+    in_channels = int(weight.ty.shape[1]) * int(weight.ty.shape[4])
+    return in_channels * int(conv.ty.shape[3]) <= DIRECT_BF16_3X3
 
 
 @mutator
@@ -83,17 +130,30 @@ class _Realizer(PyExprMutator):
         self.mod = mod
         self.lanes = lanes
         self.native = native
+        self.bits: set[relax.Var] = set()  # bindings whose kernels write bf16 bits
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        self.binding = binding.var
+        super().visit_var_binding_(binding)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
-        call = super().visit_call_(call)
         func = called_composite(self.mod, call)
-        args = list(call.args)
-        found = bf16_anchor(func, args, self.lanes, self.native) if func is not None else None
+        found = bf16_anchor(func, list(call.args), self.lanes, self.native) if func is not None else None
         if found is None:
-            return call
+            return super().visit_call_(call)
+        # Not rebuilt as a call of the composite: an argument may now be bf16, which it does not take.
+        args = [self.visit_expr(a) for a in call.args]
         position, packed, anchor = found
         args[position] = relax.const(packed)
-        compute = composite_compute(func.body, list(func.params), anchor)
+        operands = func.body.blocks[0].bindings[0].value.args[:2]  # the anchor's data and weight
+
+        def widened(param: relax.Var, tensor):
+            """bf16 bits stay bits for the anchor, and are read as fp32 in the epilogue."""
+            return tensor if tensor.dtype != BITS or any(param.same_as(o) for o in operands) \
+                else from_bits_tensor(tensor)
+
+        real = composite_compute(func.body, list(func.params), anchor, widened)
+        compute = (lambda *tensors: to_bits_tensor(real(*tensors))) if self.binding in self.bits else real
         return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, "bf16_", {BF16_ATTR: True}))
 
 
