@@ -81,11 +81,12 @@ def report_model(name: str, test: tuple, calibration: np.ndarray, batch: int) ->
 
 def print_table(rows: list[dict]) -> None:
     print(f"{'model':10}{'int8 convs':>11}{'ORT fp32':>10}{'tvm_fuse fp32':>15}"
-          + "".join(f"{m + ' (drop)':>20}" for m in METHODS))
+          + "".join(f"{m + ' (drop)':>20}" for m in METHODS) + f"{'bf16 (drop)':>20}")
     for r in rows:
         cells = "".join(f"{r['int8'][m]['top1']:12.2f} ({r['int8'][m]['drop']:+.2f})" for m in METHODS)
+        bf16 = f"{r['bf16']['top1']:12.2f} ({r['bf16']['drop']:+.2f})" if r["bf16"] else f"{'n/a':>20}"
         print(f"{r['model']:10}{r['int8_convs']:>5} of {r['convs']:<3}{r['onnxruntime_fp32']:10.2f}"
-              f"{r['tvm_fuse_fp32']:15.2f}{cells}")
+              f"{r['tvm_fuse_fp32']:15.2f}{cells}{bf16}")
     worst = max(r["int8"][m]["drop"] for r in rows for m in METHODS)
     print(f"top-1 in % of the 10k test images; drop = fp32 - int8, in points. Largest drop {worst:.2f} "
           f"({'within' if worst <= CRITERION else 'OVER'} the {CRITERION} criterion)")

@@ -4,7 +4,7 @@ latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See doc
     python bench/models.py [--models resnet50 resnet18 ...] [--batches 1 8] [--repeat 20]
                            [--warmup 3] [--threads N] [--out bench/results] [--no-openvino]
                            [--int8 [--calib-method entropy] [--calib-samples 16] [--agreement-samples 100]]
-                           [--bf16]
+                           [--bf16 [--agreement-samples 100]]
 
 Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
 ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
@@ -19,8 +19,9 @@ and ONNX Runtime's int8 models with their fp32 ones.
 
 With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
 precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
-bf16 model's output error against ONNX Runtime fp32. Where the CPU lacks AVX512-BF16 both fall
-back to fp32 (tvm_fuse says so in a warning): measure on a host that has it.
+bf16 model's output error against ONNX Runtime fp32 and, for classifiers, its top-1 agreement
+with its own runtime's fp32 on --agreement-samples random inputs. Where the CPU lacks
+AVX512-BF16 both fall back to fp32 (tvm_fuse says so in a warning): measure on a host that has it.
 """
 
 from __future__ import annotations
@@ -174,7 +175,25 @@ def bench_fp32(onnx_model, static, model, feed: dict, args) -> tuple[Latency, La
             openvino.update({f"{name}_ms": times[name].median_ms,
                              f"{name}_speedup": times["ours"].median_ms / times[name].median_ms,
                              f"{name}_max_rel_diff": differences(outputs[name], outputs["theirs"])[1]})
+    if args.bf16 and classifier(model):
+        feeds = agreement_feeds(model, len(next(iter(feed.values()))), args.agreement_samples)
+        # each bf16 build's top-1 against its own runtime's fp32
+        for name, fp32 in (("ours_bf16", "ours"), ("openvino_bf16", "openvino")):
+            if name in runtimes:
+                openvino[f"{name}_top1_agreement"] = top1_agreement(runtimes[name], runtimes[fp32], feeds)[0]
     return times["ours"], times["theirs"], max_rel_diff, openvino
+
+
+def classifier(model) -> bool:
+    """One output of shape (batch, classes), trailing 1s allowed: top-1 agreement applies."""
+    output = model.get_outputs()
+    return len(output) == 1 and len(output[0].shape) >= 2 and all(d == 1 for d in output[0].shape[2:])
+
+
+def agreement_feeds(model, batch: int, samples: int) -> list[dict]:
+    """Random feeds of `samples` rows in all, apart from the calibration feeds and the timed one."""
+    return [random_feed(model.get_inputs(), np.random.default_rng((AGREEMENT_SEED, i)), {"batch": batch})
+            for i in range(math.ceil(samples / batch))]
 
 
 def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency, Latency, float, dict]:
@@ -215,10 +234,8 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
                      "ratio_openvino_int8": ms["openvino_int8"] / ms["ours_int8"],
                      "openvino_int8_latency": times["openvino_int8"].__dict__})
         int8["int8_max_rel_diff"]["openvino"] = differences(outputs["openvino_int8"], outputs["openvino"])[1]
-    output = model.get_outputs()
-    if len(output) == 1 and len(output[0].shape) >= 2 and all(d == 1 for d in output[0].shape[2:]):
-        feeds = [random_feed(inputs, np.random.default_rng((AGREEMENT_SEED, i)), dims)
-                 for i in range(math.ceil(args.agreement_samples / batch))]
+    if classifier(model):
+        feeds = agreement_feeds(model, batch, args.agreement_samples)
         ours, rows = top1_agreement(int8_model, model, feeds)
         theirs, _ = top1_agreement(ort_int8, session, feeds)
         int8["top1_agreement"] = {"tvm_fuse": ours, "onnxruntime": theirs, "inputs": rows}
@@ -252,14 +269,22 @@ def print_table(rows: list[dict], geomeans: dict[str, tuple[float | None, float 
 
 
 def print_bf16_table(rows: list[dict]) -> None:
-    head = ("model", "batch", "ours fp32", "ours bf16", "OV bf16", "fp32/bf16", "OV bf16/ours", "ours err", "OV err")
+    head = ("model", "batch", "ours fp32", "ours bf16", "OV bf16", "fp32/bf16", "OV bf16/ours", "ours err", "OV err",
+            "top1 ours", "top1 OV")
     print(("{:20}{:>6}" + "{:>13}" * (len(head) - 2)).format(*head))
+
+    def agreement(r: dict, name: str) -> str:
+        share = r.get(f"{name}_top1_agreement")
+        return f"{'n/a':>13}" if share is None else f"{100 * share:12.1f}%"
+
     for r in rows:
         openvino = (f"{r['openvino_bf16_ms']:13.2f}", f"{r['openvino_bf16_ms'] / r['ours_bf16_ms']:12.2f}x",
                     f"{r['openvino_bf16_max_rel_diff']:13.1e}") if "openvino_bf16_ms" in r else (f"{'n/a':>13}",) * 3
         print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:13.2f}{r['ours_bf16_ms']:13.2f}{openvino[0]}"
-              f"{r['ours_bf16_speedup']:12.2f}x{openvino[1]}{r['ours_bf16_max_rel_diff']:13.1e}{openvino[2]}")
-    print("medians in ms; err: largest output difference from ONNX Runtime fp32, relative to the output's largest magnitude")
+              f"{r['ours_bf16_speedup']:12.2f}x{openvino[1]}{r['ours_bf16_max_rel_diff']:13.1e}{openvino[2]}"
+              f"{agreement(r, 'ours_bf16')}{agreement(r, 'openvino_bf16')}")
+    print("medians in ms; err: largest output difference from ONNX Runtime fp32, relative to the output's largest "
+          "magnitude; top1: the share of random inputs on which each bf16 build's top-1 class is its own fp32's")
 
 
 def print_int8_table(rows: list[dict]) -> None:
@@ -336,7 +361,8 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true",
                         help="also time tvm_fuse's bf16 build and OpenVINO's bf16 in the fp32 run (not with --int8)")
     parser.add_argument("--agreement-samples", type=int, default=100, metavar="M",
-                        help="for --int8: random inputs, apart from the calibration feeds, for top-1 agreement (default 100)")
+                        help="for --int8 and --bf16: random inputs, apart from the calibration feeds, "
+                             "for top-1 agreement (default 100)")
     args = parser.parse_args()
     if args.bf16 and args.int8:
         parser.error("--bf16 joins the fp32 run; time --int8 in a run of its own")
