@@ -100,6 +100,8 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
     knobs = knobs or default_depthwise_knobs(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
     for pad in sch.get_producers(block):
+        for widening in sch.get_producers(pad):  # bf16 data, widened as it is padded
+            sch.compute_inline(widening)
         if knobs.inline_padding:
             sch.compute_inline(pad)
         else:

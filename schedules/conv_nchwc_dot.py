@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from tvm import s_tir
 
-from .common import accumulate_in_registers, divisor, static_extent, store_tile
+from .common import accumulate_in_registers, accumulator_budget, divisor, fullest_tile, static_extent, store_tile
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
@@ -24,15 +24,19 @@ def default_dot_product_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[in
     `_TILE_WEIGHT_BYTES` in a conv whose neighbouring tiles share no input rows (1x1 and
     strided convs: the 512-channel 1x1s at 28x28, the stride-2 3x3), in 14 x 2 (ResNet-50 int8
     1.4-1.8% faster, two A/B runs). Rows of 7 in 7 x 4, which spills as well but has no better
-    tile; other rows in the fp32 conv's tile."""
+    tile; other rows in the fp32 conv's tile. Wide rows whose output channel blocks 4 does not
+    divide (MobileNetV2's 24 channels in blocks of 8, 96 in blocks of 16) in the fullest tile
+    of up to 3 blocks (8 x 3, 14 x 2): 4 x 1 and 4 x 2 tiles took up to 3x as long there
+    (bf16, Zen 5)."""
     loops = sch.get_loops(block)
     chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
     if width >= 28 and width % 4 == 0:
-        channel_tile = divisor(chunks, (4, 2, 1))
-        if channel_tile == 4 and width % 14 == 0 and _tile_weight_bytes(sch, block, 4) > _TILE_WEIGHT_BYTES \
+        if chunks % 4:
+            return fullest_tile(width, chunks, accumulator_budget(lanes, 28))
+        if width % 14 == 0 and _tile_weight_bytes(sch, block, 4) > _TILE_WEIGHT_BYTES \
                 and not _reuses_input_rows(sch, block):
             return 14, 2
-        return 4, channel_tile
+        return 4, 4
     if 0 < width <= 7:
         return width, divisor(chunks, (4, 2, 1))
     return default_register_tile(sch, block, lanes)

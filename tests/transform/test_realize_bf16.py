@@ -176,3 +176,11 @@ def test_a_bf16_chain_matches_onnx_runtime():
     model = _residual_model()
     feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
     assert_close(tvm_fuse.build(model, "native", precision="bf16").run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+
+
+def test_a_depthwise_conv_between_bf16_kernels_reads_and_writes_bf16():
+    """It computes in fp32 (bound by memory), but its input and output move at half the bytes."""
+    kernels = _kernel_dtypes(_model(), BF16_TARGET, native=True)
+    (depthwise,) = [v for k, v in kernels.items() if k.startswith("depthwise")]
+    assert depthwise[0][0] == "uint16" and depthwise[0][1] == "float32"  # bf16 data, fp32 weights
+    assert depthwise[1] == "uint16"

@@ -32,7 +32,14 @@ from ..errors import InputError
 from ..patterns.table import PATTERN_ATTR
 from ..target import isa_features, target_string
 from .apply_schedules import vector_lanes
-from .lower_composites import called_composite, composite_compute, kernel_call, winograd_enabled, winograd_tile
+from .lower_composites import (
+    anchor_compute,
+    called_composite,
+    composite_compute,
+    kernel_call,
+    winograd_enabled,
+    winograd_tile,
+)
 from .rebind import mutate_functions, readers
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
@@ -92,12 +99,26 @@ def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
             and bf16_anchor(composite, list(b.value.args), lanes, native) is not None}
 
 
+def blocked_depthwise(func: relax.Function) -> bool:
+    """Whether composite `func`'s anchor is a depthwise conv in a blocked layout: an fp32 kernel
+    that may read and write bf16 (widened as its padding reads it, rounded as it writes)."""
+    anchor = func.body.blocks[0].bindings[0].value
+    return anchor.op.name == "relax.nn.conv2d" and int(anchor.attrs.groups) != 1 \
+        and str(anchor.attrs.data_layout) not in ("NCW", "NCHW")
+
+
 def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
-    """The bf16 kernels of `func` that write bf16: those only bf16 kernels read, each as its
-    anchor's data (and nowhere else in its composite) or as an epilogue operand."""
+    """The kernels of `func` that write bf16: bf16 kernels and blocked depthwise convs that only
+    depthwise convs and bf16 kernels read, the latter each as its anchor's data (and nowhere
+    else in its composite) or as an epilogue operand."""
     kernels = _bf16_kernels(mod, func, lanes, native)
+    depthwise = {b.var for block in func.body.blocks for b in block.bindings
+                 if isinstance(b.value, relax.Call) and (composite := called_composite(mod, b.value)) is not None
+                 and blocked_depthwise(composite)}
 
     def takes_bits(reader: relax.VarBinding | None, var: relax.Var) -> bool:
+        if reader is not None and reader.var in depthwise:
+            return True
         if reader is None or reader.var not in kernels:
             return False
         composite = called_composite(mod, reader.value)
@@ -107,7 +128,7 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
         return all(len(reads.get(p, [])) == 1 for p in params if p.same_as(data))
 
     found = readers(func)
-    return {var for var in kernels if all(takes_bits(r, var) for r in found.get(var, [None]))}
+    return {var for var in kernels | depthwise if all(takes_bits(r, var) for r in found.get(var, [None]))}
 
 
 # A 3x3 conv Winograd takes runs as a bf16 direct conv up to this many input channels x output
@@ -140,6 +161,8 @@ class _Realizer(PyExprMutator):
         func = called_composite(self.mod, call)
         found = bf16_anchor(func, list(call.args), self.lanes, self.native) if func is not None else None
         if found is None:
+            if func is not None and blocked_depthwise(func):
+                return self._depthwise(func, call)
             return super().visit_call_(call)
         # Not rebuilt as a call of the composite: an argument may now be bf16, which it does not take.
         args = [self.visit_expr(a) for a in call.args]
@@ -153,8 +176,22 @@ class _Realizer(PyExprMutator):
                 else from_bits_tensor(tensor)
 
         real = composite_compute(func.body, list(func.params), anchor, widened)
+        return self._kernel(func, real, args, "bf16_", {BF16_ATTR: True})
+
+    def _depthwise(self, func: relax.Function, call: relax.Call) -> relax.Expr:
+        """A depthwise conv kernel in fp32 that widens any bf16 input and writes bf16 where its
+        readers take it; left to `LowerComposites` when it does neither."""
+        args = [self.visit_expr(a) for a in call.args]
+        if self.binding not in self.bits and all(str(a.ty.dtype) != BITS for a in args):
+            return self.builder_.normalize(relax.Call(call.op, args, call.attrs))
+        real = composite_compute(func.body, list(func.params), anchor_compute,
+                                 lambda _param, tensor: from_bits_tensor(tensor) if tensor.dtype == BITS else tensor)
+        return self._kernel(func, real, args)
+
+    def _kernel(self, func: relax.Function, real, args, prefix: str = "", attrs: dict | None = None) -> relax.Expr:
+        """The kernel computing `real`, rounding its output to bf16 if the binding writes bf16."""
         compute = (lambda *tensors: to_bits_tensor(real(*tensors))) if self.binding in self.bits else real
-        return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, "bf16_", {BF16_ATTR: True}))
+        return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, prefix, attrs))
 
 
 PRECISIONS = ("fp32", "bf16")
