@@ -184,3 +184,53 @@ def test_a_depthwise_conv_between_bf16_kernels_reads_and_writes_bf16():
     (depthwise,) = [v for k, v in kernels.items() if k.startswith("depthwise")]
     assert depthwise[0][0] == "uint16" and depthwise[0][1] == "float32"  # bf16 data, fp32 weights
     assert depthwise[1] == "uint16"
+
+
+def _fire_model():
+    """An RGB stem conv 3->16, then a SqueezeNet fire module: squeeze 1x1 16->16, expand 1x1 and
+    3x3 16->16 each, their concat, and a 1x1 head 32->16."""
+    rng = np.random.default_rng(4)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+
+    def conv_relu(name, source, w, **attrs):
+        return [helper.make_node("Conv", [source, w], [name + "_c"], name=name, **attrs),
+                helper.make_node("Relu", [name + "_c"], [name + "_r"], name=name + "_relu")]
+
+    nodes = [*conv_relu("stem", "x", "ws", pads=[1, 1, 1, 1]), *conv_relu("squeeze", "stem_r", "wq"),
+             *conv_relu("expand1", "squeeze_r", "we1"), *conv_relu("expand3", "squeeze_r", "we3", pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["expand1_r", "expand3_r"], ["fire"], name="concat", axis=1),
+             helper.make_node("Conv", ["fire", "wh"], ["y"], name="head")]
+    graph = helper.make_graph(
+        nodes, "fire", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [weight("ws", 16, 3, 3, 3), weight("wq", 16, 16, 1, 1), weight("we1", 16, 16, 1, 1),
+         weight("we3", 16, 16, 3, 3), weight("wh", 16, 32, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
+    kernels = _kernel_dtypes(_fire_model(), BF16_TARGET, native=True)
+    assert all(name.startswith("bf16_") for name in kernels if "conv2d" in name)  # the 3-channel stem too
+    (head,) = [v for k, v in kernels.items() if k.startswith("bf16_conv2d") and v[1] == "float32"]
+    assert head[0][0] == "uint16"  # the concat joined bf16 tensors
+
+
+def test_the_stem_and_the_fire_module_in_the_portable_form_match_onnx_runtime(monkeypatch):
+    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
+                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+    model = _fire_model()
+    feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native", precision="bf16")
+    assert _precisions(ours)["stem"] == "bf16"
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+
+
+@pytest.mark.bf16
+def test_the_stem_and_the_fire_module_match_onnx_runtime():
+    model = _fire_model()
+    feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, "native", precision="bf16").run(None, feed), ort_outputs(model, feed), rtol=2e-2)

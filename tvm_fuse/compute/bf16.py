@@ -51,7 +51,10 @@ def value_of(bits: np.ndarray) -> np.ndarray:
 
 def pack_pairs(weight: np.ndarray) -> np.ndarray:
     """A blocked conv weight OIHW{i}i{o}o (fp32) -> bf16 bits OIHW{i/2}i{o}o2i: two consecutive
-    input channels side by side, the 32-bit word one `vdpbf16ps` lane multiplies."""
+    input channels side by side, the 32-bit word one `vdpbf16ps` lane multiplies (an odd i
+    gets a zero channel)."""
+    if weight.shape[4] % PAIR:  # an odd input block (an RGB stem's 3 channels): a zero channel
+        weight = np.pad(weight, [(0, 0)] * 4 + [(0, 1), (0, 0)])
     o_chunks, i_chunks, kh, kw, i_block, o_block = weight.shape
     pairs = bits_of(weight).reshape(o_chunks, i_chunks, kh, kw, i_block // PAIR, PAIR, o_block)
     return np.ascontiguousarray(pairs.transpose(0, 1, 2, 3, 4, 6, 5))

@@ -1,14 +1,14 @@
-"""bf16 convolution in the blocked layout: fp32 activations NCHW{c}c (c even), rounded to bf16
-as the kernel pads them, times bf16 weights OIHW{c/2}i{16}o2i, accumulated in fp32 NCHW16c
-(or 8c). Two consecutive input channels are one 32-bit word, so one output block takes a
+"""bf16 convolution in the blocked layout: fp32 activations NCHW{c}c (an odd c widened with a
+zero channel) rounded to bf16 as the kernel pads them, or bf16 activations as they are, times
+bf16 weights OIHW{c/2}i{16}o2i, accumulated in fp32 NCHW16c (or 8c). Two consecutive input channels are one 32-bit word, so one output block takes a
 16 x 2 dot product per word: what AVX512-BF16's `vdpbf16ps` computes in one instruction."""
 
 from __future__ import annotations
 
-from tvm import te
+from tvm import te, tirx
 
 from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
-from .bf16 import PAIR, from_bits, to_bits_tensor
+from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
 from .conv import sliding_window
 
 CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
@@ -21,7 +21,7 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`)."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_pairs, out_block, pair = weight.shape
     padded, (out_h, out_w), taps, at = sliding_window(
-        to_bits_tensor(data), (kernel_h, kernel_w), strides, padding, dilation, 1)
+        _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     ip = te.reduce_axis((0, in_pairs), name="ip")
     p = te.reduce_axis((0, pair), name="p")
@@ -33,3 +33,15 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv",
                       attrs={SCHEDULE_RULE: CONV_NCHWC_BF16_RULE,
                              DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
+
+
+def _paired_bits(data: te.Tensor, block: int) -> te.Tensor:
+    """`data` as bf16 bits, its channel block widened to `block` (whole pairs: an RGB image's 3
+    channels to 4) with zeros, which the weights' zero pairs multiply."""
+    if int(data.shape[-1]) == block:
+        return to_bits_tensor(data)
+    channels = int(data.shape[-1])
+    zero = tirx.const(0, BITS)
+    return te.compute((*data.shape[:-1], block),
+                      lambda *i: tirx.if_then_else(i[-1] < channels, to_bits(data[(*i[:-1], i[-1])]), zero),
+                      name="to_bf16")

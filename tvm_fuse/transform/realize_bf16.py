@@ -3,16 +3,19 @@
 Each composite whose anchor is a blocked (NCHW{c}c) conv or a dense layer with constant weights
 becomes ONE bf16 kernel: its weights rounded to bf16 and packed in pairs along the reduction
 here, at build time (`compute.bf16`), its fp32 input rounded to bf16 as the kernel reads it (a
-conv's as it pads it), the products summed in fp32, and the composite's post-ops applied in
-fp32 to the accumulators. A kernel whose every reader is a bf16 kernel writes bf16 (as bits,
-`compute.bf16`): the reader takes it as its data without a rounding pass, or widens it exactly
-as an epilogue operand (a residual). Any other output is fp32, so what reads it is unchanged.
+conv's as it pads it; an RGB stem's 3 channels read as 4), the products summed in fp32, and
+the composite's post-ops applied in fp32 to the accumulators.
+
+A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a bf16 kernel
+takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
+residual); a depthwise conv (fp32 arithmetic) widens it as it pads it, and writes bf16 itself
+where its readers take it; a concat of bf16 tensors moves them as they are. Any other output
+is fp32, so what reads it is unchanged.
 
 Left in fp32: products of two activations (attention's), dense layers whose columns the vector
-width does not divide or whose reduction is odd, depthwise convs (bound by memory, not
-arithmetic: halving their products gains nothing), convs whose input block is odd (an RGB
-image's 3 channels: the stem), and the wide 3x3 convs Winograd takes (its 4x fewer products
-outweigh bf16's 2x rate there; `DIRECT_BF16_3X3`).
+width does not divide or whose reduction is odd, depthwise convs' arithmetic (bound by memory:
+halving their products gains nothing), and the wide 3x3 convs Winograd takes (its 4x fewer
+products outweigh bf16's 2x rate there; `DIRECT_BF16_3X3`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .lower_composites import (
     winograd_enabled,
     winograd_tile,
 )
-from .rebind import mutate_functions, readers
+from .rebind import is_op, mutate_functions, readers
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -83,7 +86,7 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool):
         return None
     attrs = anchor.attrs
     in_block, out_block = (int(weight.ty.shape[axis]) for axis in (4, 5))
-    if int(attrs.groups) != 1 or in_block % PAIR or out_block not in BF16_OUT_BLOCKS:
+    if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1) or out_block not in BF16_OUT_BLOCKS:
         return None
     if winograd_enabled() and winograd_tile(anchor) is not None and not _direct_beats_winograd(anchor, weight):
         return None
@@ -108,16 +111,21 @@ def blocked_depthwise(func: relax.Function) -> bool:
 
 
 def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
-    """The kernels of `func` that write bf16: bf16 kernels and blocked depthwise convs that only
-    depthwise convs and bf16 kernels read, the latter each as its anchor's data (and nowhere
-    else in its composite) or as an epilogue operand."""
+    """The bindings of `func` that write bf16: bf16 kernels, blocked depthwise convs and
+    concats (of bf16 tensors only) whose every reader takes bf16: a depthwise conv, a concat
+    that writes bf16, or a bf16 kernel, as its anchor's data (read nowhere else in its
+    composite) or as an epilogue operand. The largest such set: a concat drops out with any
+    of its inputs, and each drop may drop its producers."""
     kernels = _bf16_kernels(mod, func, lanes, native)
-    depthwise = {b.var for block in func.body.blocks for b in block.bindings
-                 if isinstance(b.value, relax.Call) and (composite := called_composite(mod, b.value)) is not None
-                 and blocked_depthwise(composite)}
+    bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
+    depthwise = {b.var for b in bindings
+                 if (composite := called_composite(mod, b.value)) is not None and blocked_depthwise(composite)}
+    concats = {b.var: list(b.value.args[0].fields) for b in bindings
+               if is_op(b.value, "relax.concat") and isinstance(b.value.args[0], relax.Tuple)}
+    found = readers(func)
 
-    def takes_bits(reader: relax.VarBinding | None, var: relax.Var) -> bool:
-        if reader is not None and reader.var in depthwise:
+    def takes_bits(reader: relax.VarBinding | None, var: relax.Var, writing: set[relax.Var]) -> bool:
+        if reader is not None and (reader.var in depthwise or reader.var in concats and reader.var in writing):
             return True
         if reader is None or reader.var not in kernels:
             return False
@@ -127,8 +135,13 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
         params = [p for p, arg in zip(composite.params, reader.value.args) if arg.same_as(var)]
         return all(len(reads.get(p, [])) == 1 for p in params if p.same_as(data))
 
-    found = readers(func)
-    return {var for var in kernels | depthwise if all(takes_bits(r, var) for r in found.get(var, [None]))}
+    writing = kernels | depthwise | set(concats)
+    while True:
+        kept = {var for var in writing if all(takes_bits(r, var, writing) for r in found.get(var, [None]))
+                and all(field in writing for field in concats.get(var, []))}
+        if kept == writing:
+            return writing
+        writing = kept
 
 
 # A 3x3 conv Winograd takes runs as a bf16 direct conv up to this many input channels x output
@@ -158,6 +171,8 @@ class _Realizer(PyExprMutator):
         super().visit_var_binding_(binding)
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
+        if is_op(call, "relax.concat") and self.binding in self.bits:  # moves bf16 as it is
+            return self.builder_.normalize(relax.Call(call.op, [self.visit_expr(call.args[0])], call.attrs))
         func = called_composite(self.mod, call)
         found = bf16_anchor(func, list(call.args), self.lanes, self.native) if func is not None else None
         if found is None:
