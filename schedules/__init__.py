@@ -23,6 +23,7 @@ from . import (
     conv_nchwc_int8,
     dense_bf16,
     dense_packed,
+    layer_norm,
     matmul,
     winograd_nchwc,
 )
@@ -51,6 +52,8 @@ RULES = {
                                   dense_packed.knob_space),
     "tvm_fuse.dense_bf16": Rule(dense_bf16.schedule, dense_packed.DensePackedKnobs, dense_bf16.default_knobs,
                                 dense_bf16.knob_space),
+    "tvm_fuse.layer_norm": Rule(layer_norm.schedule, layer_norm.LayerNormKnobs, layer_norm.default_knobs,
+                                layer_norm.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                                     winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
 }

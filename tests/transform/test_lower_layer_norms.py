@@ -1,0 +1,51 @@
+"""LowerLayerNorms: layer norms over the last axis run as our vectorized kernel and match ONNX
+Runtime; a width the vector width does not divide stays TVM's, and matches too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.frontend import relax_module
+from tvm_fuse.pipeline import optimize
+from tvm_fuse.target import parse_target
+from tvm_fuse.transform.lower_matmuls import KERNEL_ATTR
+
+
+def _layer_norm_model(shape, epsilon=1e-12):
+    rng = np.random.default_rng(0)
+    width = shape[-1]
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["y"], name="norm", axis=-1, epsilon=epsilon)],
+        "layer_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), "gamma"),
+         numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), "beta")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _ours(model, target="llvm -mcpu=skylake-avx512") -> bool:
+    optimized = optimize(relax_module(model).mod, parse_target(target))
+    return any(isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get(KERNEL_ATTR) == "nn.layer_norm"
+               for _, f in optimized.functions_items())
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 64), (128, 384), (3, 32)])
+def test_a_layer_norm_runs_as_our_kernel_and_matches_onnx_runtime(shape):
+    model = _layer_norm_model(shape)
+    assert _ours(model) and _ours(model, "llvm -mcpu=haswell")  # 16 or 8 lanes divide each width
+    x = (np.random.default_rng(1).standard_normal(shape) * 4 + 2).astype(np.float32)
+    assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
+
+
+def test_a_width_the_lanes_do_not_divide_stays_tvms():
+    model = _layer_norm_model((4, 20), epsilon=1e-5)
+    assert not _ours(model)
+    x = np.random.default_rng(1).standard_normal((4, 20)).astype(np.float32)
+    assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
