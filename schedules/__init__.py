@@ -23,8 +23,8 @@ from . import (
     conv_nchwc_int8,
     dense_bf16,
     dense_packed,
-    layer_norm,
     matmul,
+    rowwise,
     winograd_nchwc,
 )
 from .common import anchor_block
@@ -52,8 +52,7 @@ RULES = {
                                   dense_packed.knob_space),
     "tvm_fuse.dense_bf16": Rule(dense_bf16.schedule, dense_packed.DensePackedKnobs, dense_bf16.default_knobs,
                                 dense_bf16.knob_space),
-    "tvm_fuse.layer_norm": Rule(layer_norm.schedule, layer_norm.LayerNormKnobs, layer_norm.default_knobs,
-                                layer_norm.knob_space),
+    "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                                     winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
 }

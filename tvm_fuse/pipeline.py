@@ -28,7 +28,7 @@ from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
-from .transform.lower_layer_norms import LowerLayerNorms
+from .transform.lower_rowwise import LowerRowwise
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pad_output_channels import PadOutputChannels
@@ -84,7 +84,7 @@ def fuse(target: tvm.target.Target, disabled: Collection[str],
         *realize,
         LowerComposites(vector_lanes(target)),
         LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
-        LowerLayerNorms(vector_lanes(target)),
+        LowerRowwise(vector_lanes(target)),  # layer norms and softmaxes, vectorized
     ]
 
 

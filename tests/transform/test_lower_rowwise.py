@@ -1,5 +1,5 @@
-"""LowerLayerNorms: layer norms over the last axis run as our vectorized kernel and match ONNX
-Runtime; a width the vector width does not divide stays TVM's, and matches too."""
+"""LowerRowwise: layer norms and softmaxes over the last axis run as our vectorized kernels and
+match ONNX Runtime; a width the vector width does not divide stays TVM's, and matches too."""
 
 from __future__ import annotations
 
@@ -30,9 +30,19 @@ def _layer_norm_model(shape, epsilon=1e-12):
     return model
 
 
-def _ours(model, target="llvm -mcpu=skylake-avx512") -> bool:
+def _softmax_model(shape, axis=-1):
+    graph = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=axis)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _ours(model, target="llvm -mcpu=skylake-avx512", kernel="nn.layer_norm") -> bool:
     optimized = optimize(relax_module(model).mod, parse_target(target))
-    return any(isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get(KERNEL_ATTR) == "nn.layer_norm"
+    return any(isinstance(f, tvm.tirx.PrimFunc) and f.attrs and f.attrs.get(KERNEL_ATTR) == kernel
                for _, f in optimized.functions_items())
 
 
@@ -48,4 +58,19 @@ def test_a_width_the_lanes_do_not_divide_stays_tvms():
     model = _layer_norm_model((4, 20), epsilon=1e-5)
     assert not _ours(model)
     x = np.random.default_rng(1).standard_normal((4, 20)).astype(np.float32)
+    assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 12, 128, 128), (2, 3, 16)])
+def test_a_softmax_runs_as_our_kernel_and_matches_onnx_runtime(shape):
+    model = _softmax_model(shape)
+    assert _ours(model, kernel="nn.softmax")
+    x = (np.random.default_rng(1).standard_normal(shape) * 8).astype(np.float32)
+    assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
+
+
+def test_a_softmax_over_another_axis_stays_tvms():
+    model = _softmax_model((4, 32, 16), axis=1)
+    assert not _ours(model, kernel="nn.softmax")
+    x = np.random.default_rng(1).standard_normal((4, 32, 16)).astype(np.float32)
     assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)

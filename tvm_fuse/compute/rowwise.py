@@ -1,0 +1,52 @@
+"""Normalizations along the last axis, whose per-row reductions TVM's own lowering runs one
+element at a time: layer norm and softmax. Each reduction here is split so that it vectorizes:
+`lanes` partial results, each over every `lanes`-th element of the row, then those combined.
+TVM's took 64 us for MiniLM's 128 x 384 layer norm, and 144 us for its 12 x 128 x 128
+softmax (Zen 5)."""
+
+from __future__ import annotations
+
+from tvm import te, tirx, topi
+
+from . import SCHEDULE_RULE
+
+ROWWISE_RULE = "tvm_fuse.rowwise"
+
+
+def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: float, lanes: int) -> te.Tensor:
+    """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, which `lanes`
+    divides; the variance about the mean, in a second pass."""
+    *rows, width = x.shape
+    width = int(width)
+    total = _row_reduction(x, x, te.sum, lanes, "sum", anchor=True)
+    mean = te.compute(rows, lambda *r: total(*r) / float(width), name="mean")
+
+    def square(*i):
+        deviation = x(*i) - mean(*i[:-1])
+        return deviation * deviation
+
+    squares = _row_reduction(x, square, te.sum, lanes, "squares")
+    scale = te.compute(rows, lambda *r: te.rsqrt(squares(*r) / float(width) + epsilon), name="inverse_std")
+    return te.compute(x.shape, lambda *i: (x(*i) - mean(*i[:-1])) * scale(*i[:-1]) * gamma[i[-1]] + beta[i[-1]],
+                      name="layer_norm")
+
+
+def softmax_rows(x: te.Tensor, lanes: int) -> te.Tensor:
+    """`exp(x - max) / sum(exp(x - max))` over the last axis, which `lanes` divides; exp is
+    TVM's vectorizable `fast_exp`, as in `transform.fast_math`."""
+    peak = _row_reduction(x, x, te.max, lanes, "max", anchor=True)
+    exps = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
+    total = _row_reduction(exps, exps, te.sum, lanes, "sum")
+    inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, x.dtype) / total(*r), name="inverse_sum")
+    return te.compute(x.shape, lambda *i: exps(*i) * inverse(*i[:-1]), name="softmax")
+
+
+def _row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor: bool = False) -> te.Tensor:
+    """`reducer` over each row of `element(*index)` (`x`'s shape): `lanes` partial results
+    (the schedule's vector), then across them. A kernel's first reduction carries its rule."""
+    *rows, width = x.shape
+    group = te.reduce_axis((0, int(width) // lanes), name="group")
+    partial = te.compute((*rows, lanes), lambda *i: reducer(element(*i[:-1], group * lanes + i[-1]), axis=group),
+                         name=f"partial_{name}", attrs={SCHEDULE_RULE: ROWWISE_RULE} if anchor else {})
+    lane = te.reduce_axis((0, lanes), name="lane")
+    return te.compute(rows, lambda *r: reducer(partial[(*r, lane)], axis=lane), name=f"row_{name}")
