@@ -105,10 +105,12 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disable
         elif _is_layout_transform(binding.value):
             report.layout_transforms += 1
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
+    joined: dict[str, str] = {}  # a node computed in another unfused node's kernel -> that node
     for binding in bindings:
         index = provenance.node_index(binding.var)
         if index is not None and _runs(binding.value) and _kernel(mod, binding.value) is None:
             calls.setdefault(labels[index], []).append(binding.value)
+            joined.update({labels[i]: labels[index] for i in provenance.span_nodes(binding.value) if i != index})
     op_types = {label: node.op_type for label, node in zip(reversed(labels), reversed(nodes))}  # first wins
     for label, node_calls in calls.items():
         outside = [_op_name(mod, c) for c in node_calls if _op_name(mod, c) not in epilogue.ELEMENTWISE]
@@ -123,7 +125,9 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disable
     for label in dict.fromkeys(labels):
         if label in covered or label in calls:
             continue
-        if label in unbuilt:
+        if label in joined:
+            reason = f"computed in the kernel of node {joined[label]} ({op_types[joined[label]]})"
+        elif label in unbuilt:
             reason = unbuilt[label]
         elif op_types[label] == "If":
             reason = "control flow: the branch its condition picks runs, each compiled as a graph of its own"

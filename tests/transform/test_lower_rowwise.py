@@ -74,3 +74,31 @@ def test_a_softmax_over_another_axis_stays_tvms():
     assert not _ours(model, kernel="nn.softmax")
     x = np.random.default_rng(1).standard_normal((4, 32, 16)).astype(np.float32)
     assert_close(tvm_fuse.build(model, "native").run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
+
+
+def _attention_scores_model():
+    """softmax(scores * 0.125 + mask) over the last axis, the mask broadcast over heads and rows."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+         helper.make_node("Add", ["scaled", "mask"], ["masked"], name="mask"),
+         helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=-1)], "attention",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 4, 32, 32]),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 1, 1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 32, 32])],
+        [numpy_helper.from_array(np.array(0.125, np.float32), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_attention_scaling_and_mask_run_in_the_softmax_kernel():
+    model = _attention_scores_model()
+    rng = np.random.default_rng(2)
+    feed = {"scores": (rng.standard_normal((2, 4, 32, 32)) * 8).astype(np.float32),
+            "mask": np.where(rng.random((2, 1, 1, 32)) < 0.3, -1e4, 0.0).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native")
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=1e-5)
+    report = ours.fusion_report()
+    assert report["kernel_calls"] == 1
+    reasons = {entry["onnx_node"]: entry["reason"] for entry in report["unfused"]}
+    assert reasons["scale"] == reasons["mask"] == "computed in the kernel of node softmax (Softmax)"

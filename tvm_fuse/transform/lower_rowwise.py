@@ -1,15 +1,23 @@
 """Give layer norms and softmaxes over the last axis our vectorized kernels
 (`compute.rowwise`) instead of TVM's, which reduce one element at a time: fp32, of a width the
-vector width divides (a layer norm with a scale and an offset). Any other stays TVM's."""
+vector width divides (a layer norm with a scale and an offset). Any other stays TVM's.
+
+Attention's scaling and mask before its softmax, `softmax(scores * c + mask)` (either part
+alone too), join the softmax's kernel when nothing else reads them: the scores are read once,
+where the three kernels TVM would make write and read them twice more."""
 
 from __future__ import annotations
 
 import tvm
 from tvm import relax
 
+from tvm import topi
+from tvm.ir.expr import GenericConst
+
+from .. import provenance
 from ..compute.rowwise import layer_norm_rows, softmax_rows
 from .lower_matmuls import KERNEL_ATTR
-from .rebind import mutate_functions
+from .rebind import is_op, mutate_functions, use_counts
 
 
 @relax.expr_functor.mutator
@@ -17,8 +25,37 @@ class _RowwiseLowerer(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int):
         super().__init__(mod)
         self.lanes = lanes
+        self.values: dict[relax.Var, relax.Expr] = {}
+        self.uses = None
+        self.absorbed: set[relax.Var] = set()  # a softmax's prologue, computed in its kernel
+
+    def lower(self, func: relax.Function) -> relax.Function:
+        self.values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+        self.uses = use_counts(func)
+        self.absorbed = set()
+        for var, value in self.values.items():
+            if is_op(value, "relax.nn.softmax") and _rows_lowerable(value.args[0], [int(value.attrs.axis)], self.lanes):
+                self.absorbed.update(self._prologue(value.args[0])[1])
+        return self.visit_expr(func)
+
+    def _prologue(self, data: relax.Expr):
+        """(scores, scale or None, mask or None) of `data = scores * scale + mask`, and the
+        bindings of those steps that only the softmax reads."""
+        steps, scale, mask = [], None, None
+        value = self.values.get(data)
+        if is_op(value, "relax.add") and self.uses[data] == 1 and _same_width(value.args[1], data):
+            steps.append(data)
+            data, mask = value.args
+            value = self.values.get(data)
+        if is_op(value, "relax.multiply") and self.uses[data] == 1 and isinstance(value.args[1], GenericConst) \
+                and value.args[1].ty.ndim == 0:
+            steps.append(data)
+            data, scale = value.args
+        return (data, scale, mask), steps
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.absorbed:
+            return None
         call = binding.value
         op = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
         if op == "relax.nn.layer_norm" and _layer_norm_lowerable(call, self.lanes):
@@ -26,11 +63,28 @@ class _RowwiseLowerer(relax.PyExprMutator):
                                            primfunc_name_hint="layer_norm",
                                            primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
         elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)], self.lanes):
-            kernel = self.builder_.call_te(softmax_rows, call.args[0], self.lanes, primfunc_name_hint="softmax",
-                                           primfunc_attrs={KERNEL_ATTR: "nn.softmax", "op_pattern": 8})
+            (scores, scale, mask), steps = self._prologue(call.args[0])
+            operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]
+            kernel = self.builder_.call_te(
+                lambda x, *masks: softmax_rows(_scaled_masked(x, scale, masks), self.lanes), *operands,
+                primfunc_name_hint="softmax", primfunc_attrs={KERNEL_ATTR: "nn.softmax", "op_pattern": 8})
+            nodes = [i for i in map(provenance.node_index, [binding.var, *steps]) if i is not None]
+            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         else:
             return super().visit_var_binding_(binding)
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
+
+
+def _scaled_masked(scores, scale: GenericConst | None, masks):
+    """`scores * scale + mask` on te tensors, broadcasting as the Relax ops did."""
+    scaled = scores if scale is None else topi.multiply(scores, float(scale.value.numpy()))
+    return topi.add(scaled, masks[0]) if masks else scaled
+
+
+def _same_width(mask: relax.Expr, data: relax.Expr) -> bool:
+    """A mask of fp32 that broadcasts to `data` without widening it."""
+    return (isinstance(mask.ty, relax.TensorType) and mask.ty.shape is not None and str(mask.ty.dtype) == "float32"
+            and mask.ty.ndim <= data.ty.ndim)
 
 
 def _rows_lowerable(data: relax.Expr, axes, lanes: int) -> bool:
@@ -53,6 +107,6 @@ def LowerRowwise(lanes: int) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.LowerRowwise")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         lowerer = _RowwiseLowerer(mod, lanes)
-        return mutate_functions(mod, lowerer, lowerer.visit_expr)
+        return mutate_functions(mod, lowerer, lowerer.lower)
 
     return lower
