@@ -74,7 +74,8 @@ def main() -> None:
         inputs = graph_inputs(source)
         samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
         quantize = tvm_fuse.QuantConfig(calibration=samples)
-    times = kernel_times(tvm_fuse.build(source, quantize=quantize, input_shapes=shapes, precision=args.precision), args.runs, feed)
+    model = tvm_fuse.build(source, quantize=quantize, input_shapes=shapes, precision=args.precision)
+    times = kernel_times(model, args.runs, feed)
     total = sum(sum(t) for t in times.values())
     print(f"{args.model}: kernels sum to {total:.2f} ms per run")
     print(f"{'total ms':>9} {'share':>6} {'calls':>5} {'ms/call':>8}  kernel")

@@ -19,7 +19,8 @@ def _run(inputs, output, row_tile: int, arrays):
     block, _ = anchor_block(sch)
     assert rowwise.RowwiseKnobs(row_tile) in rowwise.knob_space(sch, block, 16)
     rowwise.schedule(sch, block, 16, rowwise.RowwiseKnobs(row_tile))
-    kernel = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), target=parse_target("llvm"), tir_pipeline=TIR_PIPELINE)
+    kernel = tvm.compile(tvm.IRModule({"main": sch.mod["main"]}), target=parse_target("llvm"),
+                         tir_pipeline=TIR_PIPELINE)
     out = tvm.runtime.tensor(np.zeros([int(d) for d in output.shape], np.float32))
     kernel["main"](*map(tvm.runtime.tensor, arrays), out)
     return out.numpy()
@@ -27,7 +28,8 @@ def _run(inputs, output, row_tile: int, arrays):
 
 @pytest.mark.parametrize("row_tile", [1, 2, 4, 8])
 def test_every_row_tile_computes_the_layer_norm(row_tile):
-    x, gamma, beta = te.placeholder((16, 48), name="x"), te.placeholder((48,), name="g"), te.placeholder((48,), name="b")
+    x = te.placeholder((16, 48), name="x")
+    gamma, beta = te.placeholder((48,), name="g"), te.placeholder((48,), name="b")
     rng = np.random.default_rng(0)
     data = (rng.standard_normal((16, 48)) * 3 + 5).astype(np.float32)
     g, b = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)

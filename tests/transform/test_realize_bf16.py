@@ -3,6 +3,8 @@ the others stay fp32, and the build says so; targets without AVX512-BF16 build i
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -17,12 +19,23 @@ from tvm_fuse.transform.realize_bf16 import RealizeBf16
 BF16_TARGET = "llvm -mcpu=znver4 -num-cores=2"  # AVX512-BF16 without AMX
 
 
+def _weight(rng, name, *shape):
+    values = rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))
+    return numpy_helper.from_array(values.astype(np.float32), name)
+
+
+@pytest.fixture
+def portable(monkeypatch):
+    """bf16 builds with `vdpbf16ps` replaced by its portable form, on this host's vector width."""
+    monkeypatch.setattr("tvm_fuse.api.bf16_pass", lambda precision, target:
+                        RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+
+
 def _model():
     """1x1 conv 16->32 + ReLU, depthwise 3x3 + ReLU, 3x3 stride-2 conv 32->32 + residual-free bias."""
     rng = np.random.default_rng(0)
 
-    def weight(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+    weight = functools.partial(_weight, rng)
 
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="pointwise"),
@@ -87,11 +100,9 @@ def test_bf16_build_matches_onnx_runtime_within_bf16_rounding():
     assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
 
 
-def test_bf16_build_in_the_portable_form_matches_onnx_runtime_on_any_host(monkeypatch):
+def test_bf16_build_in_the_portable_form_matches_onnx_runtime_on_any_host(portable):
     """The whole build (weights packed, data rounded as padded, epilogues in fp32) with
     `vdpbf16ps` replaced by its portable form, on this host's vector width."""
-    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
-                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
     model = _model()
     feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 28, 28)).astype(np.float32)}
     ours = tvm_fuse.build(model, "native", precision="bf16")
@@ -109,8 +120,7 @@ def _residual_model():
     second's data and the third's residual add; the second's, the third's data."""
     rng = np.random.default_rng(2)
 
-    def weight(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+    weight = functools.partial(_weight, rng)
 
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="reduce"),
@@ -160,9 +170,7 @@ def test_a_kernel_only_bf16_kernels_read_passes_them_bf16():
     assert expand[1] == "float32"  # the pool reads it
 
 
-def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(monkeypatch):
-    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
-                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(portable):
     model = _residual_model()
     feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
     ours = tvm_fuse.build(model, "native", precision="bf16")
@@ -191,8 +199,7 @@ def _fire_model():
     3x3 16->16 each, their concat, and a 1x1 head 32->16."""
     rng = np.random.default_rng(4)
 
-    def weight(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+    weight = functools.partial(_weight, rng)
 
     def conv_relu(name, source, w, **attrs):
         return [helper.make_node("Conv", [source, w], [name + "_c"], name=name, **attrs),
@@ -219,9 +226,7 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
     assert head[0][0] == "uint16"  # the concat joined bf16 tensors
 
 
-def test_the_stem_and_the_fire_module_in_the_portable_form_match_onnx_runtime(monkeypatch):
-    monkeypatch.setattr("tvm_fuse.api.bf16_pass",
-                        lambda precision, target: RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+def test_the_stem_and_the_fire_module_in_the_portable_form_match_onnx_runtime(portable):
     model = _fire_model()
     feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     ours = tvm_fuse.build(model, "native", precision="bf16")

@@ -1,7 +1,8 @@
 """bf16 convolution in the blocked layout: fp32 activations NCHW{c}c (an odd c widened with a
 zero channel) rounded to bf16 as the kernel pads them, or bf16 activations as they are, times
-bf16 weights OIHW{c/2}i{16}o2i, accumulated in fp32 NCHW16c (or 8c). Two consecutive input channels are one 32-bit word, so one output block takes a
-16 x 2 dot product per word: what AVX512-BF16's `vdpbf16ps` computes in one instruction."""
+bf16 weights OIHW{c/2}i{16}o2i, accumulated in fp32 NCHW16c (or 8c). Two consecutive input
+channels are one 32-bit word, so one output block takes a 16 x 2 dot product per word: what
+AVX512-BF16's `vdpbf16ps` computes in one instruction."""
 
 from __future__ import annotations
 
