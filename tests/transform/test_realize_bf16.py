@@ -170,22 +170,6 @@ def test_a_kernel_only_bf16_kernels_read_passes_them_bf16():
     assert expand[1] == "float32"  # the pool reads it
 
 
-def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(portable):
-    model = _residual_model()
-    feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
-    ours = tvm_fuse.build(model, "native", precision="bf16")
-    precisions = _precisions(ours)
-    assert {precisions[node] for node in ("reduce", "spatial", "expand")} == {"bf16"}  # spatial: not Winograd
-    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
-
-
-@pytest.mark.bf16
-def test_a_bf16_chain_matches_onnx_runtime():
-    model = _residual_model()
-    feed = {"x": np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype(np.float32)}
-    assert_close(tvm_fuse.build(model, "native", precision="bf16").run(None, feed), ort_outputs(model, feed), rtol=2e-2)
-
-
 def test_a_depthwise_conv_between_bf16_kernels_reads_and_writes_bf16():
     """It computes in fp32 (bound by memory), but its input and output move at half the bytes."""
     kernels = _kernel_dtypes(_model(), BF16_TARGET, native=True)
@@ -226,16 +210,26 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
     assert head[0][0] == "uint16"  # the concat joined bf16 tensors
 
 
-def test_the_stem_and_the_fire_module_in_the_portable_form_match_onnx_runtime(portable):
-    model = _fire_model()
-    feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+# Each model with its input shape and the nodes that must run in bf16 (a 3x3 narrow enough for
+# a direct bf16 conv, not Winograd; an RGB stem).
+CHAINS = [(_residual_model, (1, 16, 14, 14), ("reduce", "spatial", "expand")),
+          (_fire_model, (1, 3, 16, 16), ("stem", "squeeze", "expand1", "expand3", "head"))]
+
+
+@pytest.mark.parametrize("make, shape, bf16_nodes", CHAINS)
+def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(portable, make, shape, bf16_nodes):
+    model = make()
+    feed = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
     ours = tvm_fuse.build(model, "native", precision="bf16")
-    assert _precisions(ours)["stem"] == "bf16"
+    assert {_precisions(ours)[node] for node in bf16_nodes} == {"bf16"}
     assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
 
 
 @pytest.mark.bf16
-def test_the_stem_and_the_fire_module_match_onnx_runtime():
-    model = _fire_model()
-    feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
-    assert_close(tvm_fuse.build(model, "native", precision="bf16").run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+@pytest.mark.parametrize("make, shape, bf16_nodes", CHAINS)
+def test_a_bf16_chain_matches_onnx_runtime(make, shape, bf16_nodes):
+    model = make()
+    feed = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+    ours = tvm_fuse.build(model, "native", precision="bf16")
+    assert {_precisions(ours)[node] for node in bf16_nodes} == {"bf16"}
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
