@@ -17,6 +17,10 @@ and in OpenVINO (NNCF's post-training quantization), all calibrated on the same 
 one run alternates all six runtimes, and the int8 table adds the top-1 agreement of tvm_fuse's
 and ONNX Runtime's int8 models with their fp32 ones.
 
+The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
+that sequence length, exported with the test extra's torch) also time ONNX Runtime's dynamic
+int8 quantization in the same run, in a table of their own.
+
 With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
 precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
 bf16 model's output error against ONNX Runtime fp32 and, for classifiers, its top-1 agreement
@@ -33,6 +37,7 @@ import json
 import math
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +67,9 @@ from tvm_fuse.target import host_cores, host_cpu
 
 CNNS = ["resnet50", "inception_v1", "vgg19", "squeezenet", "densenet121", "mobilenet_v2", "resnet18"]
 MODELS = [*CNNS, "transformer_encoder", *REAL_MODELS]
+# The real all-MiniLM-L6-v2 at a sequence length; not in the default list: its export needs the
+# test extra's torch and weights.
+MINILM = {f"minilm_s{seq}": seq for seq in (16, 128, 384)}
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
@@ -109,9 +117,34 @@ class OpenVINOSession:
 def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]:
     """The model at a static `batch` (the light models rebatched from 1), or a real model as it
     ships (ONNX Runtime and OpenVINO run it so) with its feed in its own range (None: random)."""
+    if name in MINILM:
+        return minilm_and_feed(MINILM[name], batch)
     if name not in REAL_MODELS:
         return named_model(name, batch=batch), None
     return load_model(real_model_path(name)), real_model_feed(name, batch)
+
+
+def minilm_and_feed(seq: int, batch: int) -> tuple[onnx.ModelProto, dict]:
+    """MiniLM exported at sequence length `seq` (its batch dynamic), and a feed of `batch`
+    sequences of random token ids, every token real (the mask all ones): the full-length work."""
+    from tvm_fuse.models import minilm  # torch and the weights' package: the test extra
+
+    rng = np.random.default_rng(0)
+    feed = {"input_ids": rng.integers(1000, 30000, (batch, seq)).astype(np.int64),
+            "attention_mask": np.ones((batch, seq), np.int64)}
+    return minilm.export_minilm(seq_len=seq), feed
+
+
+def ort_dynamic_int8(onnx_model: onnx.ModelProto, threads: int):
+    """ONNX Runtime's dynamic quantization (s8 weights, u8 activations scaled per run): what its
+    users take for transformers."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, quantized = Path(folder) / "fp32.onnx", Path(folder) / "int8.onnx"
+        onnx.save(onnx_model, source)
+        quantize_dynamic(source, quantized, weight_type=QuantType.QInt8)
+        return onnxruntime_session(onnx.load(quantized), threads)
 
 
 def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
@@ -127,7 +160,8 @@ def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
     if args.int8:
         ours_latency, theirs_latency, max_rel_diff, int8 = bench_int8(onnx_model, model, feed, batch, args)
     else:
-        ours_latency, theirs_latency, max_rel_diff, int8 = bench_fp32(onnx_model, static, model, feed, args)
+        ours_latency, theirs_latency, max_rel_diff, int8 = bench_fp32(onnx_model, static, model, feed, args,
+                                                                      dynamic_int8=name in MINILM)
     ours, theirs = ours_latency.median_ms, theirs_latency.median_ms
     return {
         **row, "gflops": flops / 1e9, "tvm_fuse_ms": ours, "onnxruntime_ms": theirs,
@@ -140,10 +174,14 @@ def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
     }
 
 
-def bench_fp32(onnx_model, static, model, feed: dict, args) -> tuple[Latency, Latency, float, dict]:
+def bench_fp32(onnx_model, static, model, feed: dict, args,
+               dynamic_int8: bool = False) -> tuple[Latency, Latency, float, dict]:
     """tvm_fuse's and ONNX Runtime's latencies, their largest output difference, and the
-    OpenVINO columns (none with --no-openvino), from one run in which the three take turns."""
+    OpenVINO columns (none with --no-openvino), from one run in which the three take turns;
+    with `dynamic_int8`, ONNX Runtime's dynamically quantized model takes its turn too."""
     runtimes = {"ours": model, "theirs": onnxruntime_session(onnx_model, args.threads)}
+    if dynamic_int8:
+        runtimes["theirs_dynamic_int8"] = ort_dynamic_int8(onnx_model, args.threads)
     if args.bf16:
         runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
                                                precision="bf16", tuning_logs=[] if args.untuned else None)
@@ -170,6 +208,10 @@ def bench_fp32(onnx_model, static, model, feed: dict, args) -> tuple[Latency, La
         openvino = {"openvino_ms": openvino_ms, "ratio_openvino": openvino_ms / times["ours"].median_ms,
                     "openvino_latency": times["openvino"].__dict__,
                     "openvino_max_rel_diff": differences(outputs["openvino"], outputs["theirs"])[1]}
+    if dynamic_int8:
+        openvino.update({"onnxruntime_dynamic_int8_ms": times["theirs_dynamic_int8"].median_ms,
+                         "onnxruntime_dynamic_int8_max_rel_diff":
+                             differences(outputs["theirs_dynamic_int8"], outputs["theirs"])[1]})
     for name in ("ours_bf16", "openvino_bf16"):  # each against tvm_fuse fp32, its error against ONNX Runtime's
         if name in runtimes:
             openvino.update({f"{name}_ms": times[name].median_ms,
@@ -287,6 +329,21 @@ def print_bf16_table(rows: list[dict]) -> None:
           "magnitude; top1: the share of random inputs on which each bf16 build's top-1 class is its own fp32's")
 
 
+def print_transformer_table(rows: list[dict]) -> None:
+    head = ("model", "batch", "ours ms", "ORT ms", "ORT dyn8 ms", "OV ms", "ORT/ours", "ORT8/ours", "OV/ours",
+            "ours err", "ORT8 err")
+    print(("{:20}{:>6}" + "{:>12}" * (len(head) - 2)).format(*head))
+    for r in rows:
+        openvino = (f"{r['openvino_ms']:12.2f}", f"{r['ratio_openvino']:11.2f}x") if "openvino_ms" in r \
+            else (f"{'n/a':>12}",) * 2
+        dynamic = r["onnxruntime_dynamic_int8_ms"]
+        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:12.2f}{r['onnxruntime_ms']:12.2f}{dynamic:12.2f}"
+              f"{openvino[0]}{r['ratio']:11.2f}x{dynamic / r['tvm_fuse_ms']:11.2f}x{openvino[1]}"
+              f"{r['max_rel_diff']:12.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:12.1e}")
+    print("medians in ms; ORT dyn8: ONNX Runtime's dynamic int8 quantization (its transformer int8); "
+          "err: largest output difference from ONNX Runtime fp32, relative to its largest magnitude")
+
+
 def print_int8_table(rows: list[dict]) -> None:
     with_openvino = any("openvino_int8_ms" in r for r in rows)
     head = ("model", "batch", "int8 krn", "ours fp32", "ours int8", "ORT fp32", "ORT int8", "fp32/int8",
@@ -342,7 +399,8 @@ def plot(rows: list[dict], batches: list[int], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=MODELS, help=f"default: {' '.join(MODELS)}")
+    parser.add_argument("--models", nargs="+", default=MODELS,
+                        help=f"default: {' '.join(MODELS)}; also {' '.join(MINILM)} (with the test extra)")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
     parser.add_argument("--warmup", type=int, default=3)
@@ -382,6 +440,9 @@ def main() -> None:
         print_int8_table(rows)
     if args.bf16:
         print_bf16_table(rows)
+    transformers = [r for r in rows if "onnxruntime_dynamic_int8_ms" in r]
+    if transformers:
+        print_transformer_table(transformers)
 
     args.out.mkdir(parents=True, exist_ok=True)
     openvino = any("openvino_ms" in r for r in rows)
