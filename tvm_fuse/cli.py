@@ -121,7 +121,7 @@ def cmd_tune(args) -> int:
     tune(_load_onnx(args.model, args.batch), target=args.target, trials=args.trials, log_dir=args.log_dir,
          timeout=args.timeout, repeat=args.repeat, input_shapes=dict(args.input_shape or []),
          disable_fusion=args.disable_fusion, rpc_tracker=args.rpc_tracker, rpc_key=args.rpc_key,
-         plot=args.plot, quantize=_quant_config(args))
+         plot=args.plot, quantize=_quant_config(args), precision=args.precision)
     return 0
 
 
@@ -238,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
                                   "else the logs shipped with tvm_fuse")
         if name != "quantize":
             _int8_arguments(sub)
-        if name not in ("quantize", "tune"):
+        if name != "quantize":
             sub.add_argument("--precision", choices=PRECISIONS, default="fp32",
                              help="bf16: conv kernels multiply in bf16 and add in fp32, on AVX512-BF16's vdpbf16ps "
                                   "(targets without it build in fp32, with a warning); default fp32, exact")

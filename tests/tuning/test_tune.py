@@ -64,6 +64,18 @@ def test_a_tiny_job_logs_its_trials_and_builds_use_the_best(tmp_path):
     assert (tmp_path / "progress.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.bf16
+def test_a_bf16_job_tunes_the_bf16_kernels_that_bf16_builds_use(tmp_path):
+    model = _conv_model()
+    (result,) = tune(model, trials=2, log_dir=tmp_path, repeat=3, precision="bf16", progress=None)
+    assert result.workload.startswith("tvm_fuse.conv_nchwc_bf16(")
+    (log,) = tmp_path.glob("*.jsonl")
+    built = tvm_fuse.build(model, tuning_logs=log, precision="bf16")
+    assert built.fusion_report()["tuned_kernels"] == 1
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    assert_close(built.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=2e-2)
+
+
 def _ended(processes: list[psutil.Process], timeout: float = 10) -> list[psutil.Process]:
     """Those of `processes` still alive after `timeout` seconds."""
     _, alive = psutil.wait_procs(processes, timeout=timeout)

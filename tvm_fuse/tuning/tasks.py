@@ -45,10 +45,11 @@ class Task:
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target, disabled=(),
-                  int8: tvm.transform.Pass | None = None) -> list[Task]:
-    """The tasks of an imported model (its int8 kernels with `int8`), heaviest call count first."""
+                  int8: tvm.transform.Pass | None = None, bf16: tvm.transform.Pass | None = None) -> list[Task]:
+    """The tasks of an imported model (its int8 kernels with `int8`, its bf16 ones with
+    `bf16`), heaviest call count first."""
     with tvm.transform.PassContext(disabled_pass=["tvm_fuse.ApplySchedules"]):
-        optimized = optimize(mod, target, disabled, int8=int8)
+        optimized = optimize(mod, target, disabled, int8=int8, bf16=bf16)
     calls = Counter(b.value.args[0] for block in optimized["main"].body.blocks for b in block.bindings
                     if isinstance(b.value, relax.Call) and b.value.op.same_as(tvm.ir.Op.get("relax.call_tir")))
     tasks: dict[str, Task] = {}

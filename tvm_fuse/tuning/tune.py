@@ -29,6 +29,7 @@ from ..quantization.realization import int8_pass
 from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string
 from ..transform.apply_schedules import vector_lanes
+from ..transform.realize_bf16 import bf16_pass
 from . import records as log
 from .cost_model import CostModel
 from .measure import Worker, time_candidate
@@ -65,7 +66,8 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
          repeat: int = 10, input_shapes: Mapping[str, Sequence[int]] | None = None,
          disable_fusion: Iterable[str] | str | None = None, seed: int = 0,
          rpc_tracker: str | None = None, rpc_key: str | None = None, plot: Path | str | None = None,
-         quantize: QuantConfig | None = None, progress: Callable[[str], None] | None = print) -> list[TaskResult]:
+         quantize: QuantConfig | None = None, precision: str = "fp32",
+         progress: Callable[[str], None] | None = print) -> list[TaskResult]:
     """Measure up to `trials` new knob settings of `model`'s kernels for `target`, each in a
     worker process that gets `timeout` seconds, and append every result to the log in
     `log_dir`. With `rpc_tracker` ("host:port") and `rpc_key`, kernels run on the machines
@@ -81,7 +83,8 @@ def tune(model, target=None, *, trials: int = 100, log_dir: Path | str = "tuning
     tvm_target = parse_target(target)
     imported = relax_module(model, input_shapes)
     int8 = int8_pass(model, imported, quantize, tvm_target, input_shapes)
-    tasks = extract_tasks(imported.mod, tvm_target, disabled_families(disable_fusion), int8)
+    tasks = extract_tasks(imported.mod, tvm_target, disabled_families(disable_fusion), int8,
+                          bf16_pass(precision, tvm_target))
     path = log_path(log_dir, tvm_target)
     path.parent.mkdir(parents=True, exist_ok=True)
     isa, cpu, lanes = isa_class(tvm_target), target_cpu(tvm_target), vector_lanes(tvm_target)
