@@ -9,9 +9,7 @@ where the three kernels TVM would make write and read them twice more."""
 from __future__ import annotations
 
 import tvm
-from tvm import relax
-
-from tvm import topi
+from tvm import relax, topi
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
@@ -43,7 +41,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
         bindings of those steps that only the softmax reads."""
         steps, scale, mask = [], None, None
         value = self.values.get(data)
-        if is_op(value, "relax.add") and self.uses[data] == 1 and _same_width(value.args[1], data):
+        if is_op(value, "relax.add") and self.uses[data] == 1 and _known_fp32(value.args[1]):
             steps.append(data)
             data, mask = value.args
             value = self.values.get(data)
@@ -81,10 +79,9 @@ def _scaled_masked(scores, scale: GenericConst | None, masks):
     return topi.add(scaled, masks[0]) if masks else scaled
 
 
-def _same_width(mask: relax.Expr, data: relax.Expr) -> bool:
-    """A mask of fp32 that broadcasts to `data` without widening it."""
-    return (isinstance(mask.ty, relax.TensorType) and mask.ty.shape is not None and str(mask.ty.dtype) == "float32"
-            and mask.ty.ndim <= data.ty.ndim)
+def _known_fp32(mask: relax.Expr) -> bool:
+    """An fp32 tensor of known shape: a mask the kernel can broadcast as the add did."""
+    return isinstance(mask.ty, relax.TensorType) and mask.ty.shape is not None and str(mask.ty.dtype) == "float32"
 
 
 def _rows_lowerable(data: relax.Expr, axes, lanes: int) -> bool:
