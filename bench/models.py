@@ -18,8 +18,8 @@ one run alternates all six runtimes, and the int8 table adds the top-1 agreement
 and ONNX Runtime's int8 models with their fp32 ones.
 
 The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
-that sequence length, exported with the test extra's torch) also time ONNX Runtime's dynamic
-int8 quantization in the same run, in a table of their own.
+that sequence length, exported with the test extra's torch) also time tvm_fuse's and ONNX
+Runtime's dynamic int8 quantization in the same run, in a table of their own.
 
 With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
 precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
@@ -37,7 +37,6 @@ import json
 import math
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,6 +46,7 @@ import onnxruntime
 import tvm
 
 import tvm_fuse
+from tvm_fuse import QuantConfig
 from tvm_fuse.benchmark import Latency, random_feed
 from tvm_fuse.compare import (
     differences,
@@ -60,7 +60,7 @@ from tvm_fuse.frontend.importer import set_input_shapes
 from tvm_fuse.frontend.load import load_model
 from tvm_fuse.models import named_model
 from tvm_fuse.models.real import REAL_MODELS, real_model_feed, real_model_path
-from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_int8_model
+from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from tvm_fuse.peak import measure_peak
 from tvm_fuse.quantization.config import METHODS
 from tvm_fuse.target import host_cores, host_cpu
@@ -136,15 +136,7 @@ def minilm_and_feed(seq: int, batch: int) -> tuple[onnx.ModelProto, dict]:
 
 
 def ort_dynamic_int8(onnx_model: onnx.ModelProto, threads: int):
-    """ONNX Runtime's dynamic quantization (s8 weights, u8 activations scaled per run): what its
-    users take for transformers."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    with tempfile.TemporaryDirectory() as folder:
-        source, quantized = Path(folder) / "fp32.onnx", Path(folder) / "int8.onnx"
-        onnx.save(onnx_model, source)
-        quantize_dynamic(source, quantized, weight_type=QuantType.QInt8)
-        return onnxruntime_session(onnx.load(quantized), threads)
+    return onnxruntime_session(ort_dynamic_int8_model(onnx_model), threads)
 
 
 def bench(name: str, batch: int, args, peak_gflops: float) -> dict:
@@ -181,6 +173,9 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
     with `dynamic_int8`, ONNX Runtime's dynamically quantized model takes its turn too."""
     runtimes = {"ours": model, "theirs": onnxruntime_session(onnx_model, args.threads)}
     if dynamic_int8:
+        runtimes["ours_dynamic_int8"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
+                                                       quantize=QuantConfig(activations="dynamic"),
+                                                       tuning_logs=[] if args.untuned else None)
         runtimes["theirs_dynamic_int8"] = ort_dynamic_int8(onnx_model, args.threads)
     if args.bf16:
         runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
@@ -209,9 +204,11 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
                     "openvino_latency": times["openvino"].__dict__,
                     "openvino_max_rel_diff": differences(outputs["openvino"], outputs["theirs"])[1]}
     if dynamic_int8:
-        openvino.update({"onnxruntime_dynamic_int8_ms": times["theirs_dynamic_int8"].median_ms,
-                         "onnxruntime_dynamic_int8_max_rel_diff":
-                             differences(outputs["theirs_dynamic_int8"], outputs["theirs"])[1]})
+        openvino.update({f"{side}_dynamic_int8_{key}": value for side, runtime in (("tvm_fuse", "ours"),
+                                                                                 ("onnxruntime", "theirs"))
+                         for key, value in (("ms", times[f"{runtime}_dynamic_int8"].median_ms),
+                                            ("max_rel_diff", differences(outputs[f"{runtime}_dynamic_int8"],
+                                                                         outputs["theirs"])[1]))})
     for name in ("ours_bf16", "openvino_bf16"):  # each against tvm_fuse fp32, its error against ONNX Runtime's
         if name in runtimes:
             openvino.update({f"{name}_ms": times[name].median_ms,
@@ -247,7 +244,7 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
                    for i in range(args.calib_samples)]
     int8_model = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
                                 tuning_logs=[] if args.untuned else None,
-                                quantize=tvm_fuse.QuantConfig(calibration=calibration, method=args.calib_method))
+                                quantize=QuantConfig(calibration=calibration, method=args.calib_method))
     session = onnxruntime_session(onnx_model, args.threads)
     ort_int8 = onnxruntime_session(ort_int8_model(onnx_model, calibration, args.calib_method), args.threads)
     runtimes = {"ours": model, "ours_int8": int8_model, "theirs": session, "theirs_int8": ort_int8}
@@ -330,18 +327,19 @@ def print_bf16_table(rows: list[dict]) -> None:
 
 
 def print_transformer_table(rows: list[dict]) -> None:
-    head = ("model", "batch", "ours ms", "ORT ms", "ORT dyn8 ms", "OV ms", "ORT/ours", "ORT8/ours", "OV/ours",
-            "ours err", "ORT8 err")
-    print(("{:20}{:>6}" + "{:>12}" * (len(head) - 2)).format(*head))
+    head = ("model", "batch", "ours ms", "ORT ms", "OV ms", "ours8 ms", "ORT8 ms", "ORT/ours", "OV/ours",
+            "ORT8/ours8", "ours8 err", "ORT8 err")
+    print(("{:20}{:>6}" + "{:>11}" * (len(head) - 2)).format(*head))
     for r in rows:
-        openvino = (f"{r['openvino_ms']:12.2f}", f"{r['ratio_openvino']:11.2f}x") if "openvino_ms" in r \
-            else (f"{'n/a':>12}",) * 2
-        dynamic = r["onnxruntime_dynamic_int8_ms"]
-        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:12.2f}{r['onnxruntime_ms']:12.2f}{dynamic:12.2f}"
-              f"{openvino[0]}{r['ratio']:11.2f}x{dynamic / r['tvm_fuse_ms']:11.2f}x{openvino[1]}"
-              f"{r['max_rel_diff']:12.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:12.1e}")
-    print("medians in ms; ORT dyn8: ONNX Runtime's dynamic int8 quantization (its transformer int8); "
-          "err: largest output difference from ONNX Runtime fp32, relative to its largest magnitude")
+        openvino = (f"{r['openvino_ms']:11.2f}", f"{r['ratio_openvino']:10.2f}x") if "openvino_ms" in r \
+            else (f"{'n/a':>11}",) * 2
+        ours8, theirs8 = r["tvm_fuse_dynamic_int8_ms"], r["onnxruntime_dynamic_int8_ms"]
+        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:11.2f}{r['onnxruntime_ms']:11.2f}{openvino[0]}"
+              f"{ours8:11.2f}{theirs8:11.2f}{r['ratio']:10.2f}x{openvino[1]}{theirs8 / ours8:10.2f}x"
+              f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}")
+    print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per row; "
+          "ONNX Runtime's quantize_dynamic, one per tensor); err: largest output difference from ONNX Runtime "
+          "fp32, relative to its largest magnitude")
 
 
 def print_int8_table(rows: list[dict]) -> None:

@@ -19,9 +19,18 @@ class RowwiseKnobs:
     row_tile: int = 1  # rows per parallel task
 
 
+def _stages(sch: s_tir.Schedule) -> tuple[list, object]:
+    """(the kernel's other blocks, in order; its output block): the widest block no other
+    reads (a row quantization also writes each row's scale, a block of its own)."""
+    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    outputs = [b for b in blocks if not sch.get_consumers(b)]
+    output = max(outputs, key=lambda b: static_extent(sch.get(sch.get_loops(b)[-1]).extent))
+    return [b for b in blocks if b != output], output
+
+
 def _rows(sch: s_tir.Schedule) -> int:
     """Rows normalized (0 when symbolic)."""
-    output = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    _, output = _stages(sch)
     extents = [static_extent(sch.get(loop).extent) for loop in sch.get_loops(output)[:-1]]
     return 0 if 0 in extents else math.prod(extents)
 
@@ -37,19 +46,23 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[RowwiseKnobs]:
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: RowwiseKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
-    *stages, output = sch.get_child_blocks(sch.get_sblock("root"))
+    stages, output = _stages(sch)
     width = len(sch.get_loops(output))
     for stage in stages:  # a full-width stage only the next full-width stage reads (softmax's shift)
         consumers = sch.get_consumers(stage)
         if len(sch.get_loops(stage)) == width and not _reduces(sch, stage) and len(consumers) == 1 \
                 and len(sch.get_loops(consumers[0])) == width and not _reduces(sch, consumers[0]):
             sch.compute_inline(stage)
-    *stages, output = sch.get_child_blocks(sch.get_sblock("root"))
-    *rows, _ = sch.get_loops(output)
-    row_out, row_in = sch.split(sch.fuse(*rows), [None, knobs.row_tile])
+    stages, output = _stages(sch)
+    extra_outputs = [s for s in stages if not sch.get_consumers(s)]  # a row quantization's scales
+    rows = sch.fuse(*sch.get_loops(output)[:-1])
+    if extra_outputs:  # one row loop for every output, so that the reductions they read can move into it
+        rows = sch.merge(rows, *(sch.fuse(*sch.get_loops(s)[:-1]) for s in extra_outputs))
+    row_out, row_in = sch.split(rows, [None, knobs.row_tile])
     sch.parallel(row_out)
     for stage in reversed(stages):  # each before its reader, inside the row
-        sch.compute_at(stage, row_in)
+        if stage not in extra_outputs:
+            sch.compute_at(stage, row_in)
     for stage in stages:
         inner = sch.get_loops(stage)[2:]  # under (row_out, row_in)
         if sch.get(stage).name_hint.startswith("partial") and len(inner) == 2:  # (lane, group): lanes in one vector

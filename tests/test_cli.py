@@ -142,3 +142,18 @@ def test_bench_int8_times_onnxruntime_in_int8_too(tmp_path, capsys):
     assert "max abs output difference from ONNX Runtime fp32" in out
     if {"avx512f", "avx512bw"} <= host_features():
         assert "tvm_fuse in int8 (3 int8 kernels)" in out
+
+
+def test_dynamic_int8_needs_no_calibration_and_benches_onnxruntimes_dynamic_int8(tmp_path, capsys):
+    """ONNX Runtime's side runs on any host; the int8 kernel count where ours run."""
+    from tvm_fuse.models.built import transformer_encoder
+
+    onnx.save(transformer_encoder(batch=1, seq_len=32, hidden=64, layers=1), tmp_path / "encoder.onnx")
+    assert cli.main(["bench", str(tmp_path / "encoder.onnx"), "--int8", "--int8-activations", "dynamic",
+                     "--repeat", "2", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX Runtime in fp32 and in int8 (quantize_dynamic" in out
+    rows = [line.split()[:2] for line in out.splitlines() if line.startswith(("tvm_fuse ", "onnxruntime "))]
+    assert rows == [["tvm_fuse", "int8"], ["onnxruntime", "fp32"], ["onnxruntime", "int8"]]
+    if {"avx512f", "avx512bw"} <= host_features():
+        assert "tvm_fuse in int8 (6 int8 kernels)" in out

@@ -16,10 +16,10 @@ from .compare import differences, onnxruntime_session, time_alternating
 from .errors import InputError, TvmFuseError
 from .explain import FusionReport
 from .frontend.load import load_model
-from .ort_quantize import ORT_INT8_SCHEME, ort_int8_model
+from .ort_quantize import ORT_DYNAMIC_INT8_SCHEME, ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from .patterns.table import FAMILIES
 from .quantization.calibrate import quantize
-from .quantization.config import METHODS, QuantConfig
+from .quantization.config import ACTIVATIONS, METHODS, QuantConfig
 from .target import host_cores, target_string
 from .transform.lower_composites import WINOGRAD_SWITCH
 from .transform.realize_bf16 import PRECISIONS
@@ -74,6 +74,8 @@ def _quant_config(args) -> QuantConfig | None:
         if args.calib:
             raise InputError("--calib is for int8 builds: add --int8")
         return None
+    if getattr(args, "int8_activations", "static") == "dynamic":
+        return QuantConfig(activations="dynamic", exclude=args.int8_exclude or ())
     if not args.calib:
         raise InputError("--int8 needs --calib PATH: input samples (.npy, .npz or a folder of them), "
                          "or a table from `tvm-fuse quantize`")
@@ -133,12 +135,14 @@ def cmd_bench(args) -> int:
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])
-    left_out = _ort_int8_left_out(args)
+    dynamic = args.int8 and args.int8_activations == "dynamic"
+    left_out = None if dynamic else _ort_int8_left_out(args)
     header = (f"model {args.model}, target {target_string(model.target, brief=True)}, {threads} thread(s), "
               f"{args.repeat} runs after {args.warmup} warm-up, in blocks alternating with ONNX Runtime")
     if args.int8:
         header += f"; tvm_fuse in int8 ({int8} int8 kernels), ONNX Runtime in fp32"
-        header += f" (not in int8: {left_out})" if left_out else f" and in int8 ({ORT_INT8_SCHEME}, same samples)"
+        header += (f" (not in int8: {left_out})" if left_out else f" and in int8 ({ORT_DYNAMIC_INT8_SCHEME})"
+                   if dynamic else f" and in int8 ({ORT_INT8_SCHEME}, same samples)")
     if model.precision == "bf16":
         bf16 = sum(1 for k in model.fusion_report()["kernels"] if k["precision"] == "bf16")
         header += f"; tvm_fuse in bf16 ({bf16} bf16 kernels), ONNX Runtime in fp32"
@@ -149,9 +153,13 @@ def cmd_bench(args) -> int:
     ours, fp32 = ("tvm_fuse int8", "onnxruntime fp32") if args.int8 else ("tvm_fuse", "onnxruntime")
     session = onnxruntime_session(onnx_model, threads)
     runtimes = {ours: model, fp32: session}
-    if args.int8 and not left_out:
+    int8_model = None
+    if dynamic:
+        int8_model = ort_dynamic_int8_model(onnx_model, exclude=args.int8_exclude or ())
+    elif args.int8 and not left_out:
         int8_model = ort_int8_model(onnx_model, args.calib, args.calib_method, max_samples=args.calib_samples,
                                     exclude=args.int8_exclude or ())
+    if int8_model is not None:
         runtimes["onnxruntime int8"] = onnxruntime_session(int8_model, threads)
     times = time_alternating(runtimes, feed, threads, args.warmup, args.repeat)
     print(f"{'':18}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
@@ -189,6 +197,9 @@ def _int8_arguments(sub: argparse.ArgumentParser, switch: bool = True) -> None:
     if switch:
         sub.add_argument("--int8", action="store_true", help="run the conv kernels in int8 (needs --calib; a pre-quantized QDQ model "
                                                                  "runs in int8 without it)")
+        sub.add_argument("--int8-activations", choices=ACTIVATIONS, default="static",
+                         help="static: scales calibrated on --calib (default); dynamic: no --calib, the dense layers "
+                              "(Gemm, MatMul with constant weights) quantize their input rows at run time and convs stay fp32")
     sub.add_argument("--calib", metavar="PATH",
                      help="calibration samples: a .npy of the input stacked along the batch axis, a .npz with one "
                           "entry per input, a folder of either; or a .json table from `tvm-fuse quantize`")

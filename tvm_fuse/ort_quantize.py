@@ -39,6 +39,7 @@ ORT_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percenti
 PER_CHANNEL_OPSET = 13  # DequantizeLinear's axis, which per-channel weights need
 MAX_IR_VERSION = 10  # opset 21's; ONNX Runtime 1.31 reads IR <= 13 (older ones less), the onnx wheel writes 14
 ORT_INT8_SCHEME = "static QDQ, u8 activations, s8 per-channel weights"
+ORT_DYNAMIC_INT8_SCHEME = "quantize_dynamic, u8 activations scaled per run, s8 weights"
 
 
 class _FeedReader:
@@ -96,6 +97,24 @@ def ort_int8_model(model: onnx.ModelProto, calibration, method: str = "entropy",
                 calibrate_method=ort.CalibrationMethod[ORT_METHODS[method]],
                 extra_options={"CalibPercentile": percentile} if method == "percentile" else None,
             )
+        return onnx.load(quantized)
+
+
+def ort_dynamic_int8_model(model: onnx.ModelProto, exclude: Iterable[str] = ()) -> onnx.ModelProto:
+    """ONNX Runtime's dynamic int8 model of `model` (`quantize_dynamic`, s8 weights): what its
+    users take for transformers, the reference of `QuantConfig(activations="dynamic")`."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        raise ImportError(
+            "ONNX Runtime's int8 reference needs it installed: pip install 'tvm_fuse[bench]'"
+        ) from None
+    skipped = set(exclude)
+    excluded = [n.name for n in model.graph.node if n.name in skipped or n.op_type in skipped]
+    with tempfile.TemporaryDirectory(prefix="tvm_fuse_ort_int8_") as folder:
+        source, quantized = Path(folder) / "fp32.onnx", Path(folder) / "int8.onnx"
+        onnx.save(_prepared(model), source)
+        quantize_dynamic(source, quantized, weight_type=QuantType.QInt8, nodes_to_exclude=excluded)
         return onnx.load(quantized)
 
 

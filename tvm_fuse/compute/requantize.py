@@ -11,7 +11,7 @@ from tvm import te, tirx
 U8_MAX = 255
 # 1.5 x 2**23: a float32 in [2**23, 2**24) is an integer, so adding this to a value of magnitude
 # below 2**22 rounds it to an integer (ties to even), which the float's low bits then hold.
-_ROUNDING_SHIFT = 12582912.0
+ROUNDING_SHIFT = 12582912.0
 
 
 def dequantize_accumulator(acc: te.Tensor, multiplier: te.Tensor, correction: te.Tensor | None = None) -> te.Tensor:
@@ -38,11 +38,11 @@ def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
 
 def _code(real, scale: float, zero_point: int):
     """The u8 code of the real value `real` (an expression), in four vector instructions: one
-    FMA scales it and adds the zero point and the rounding shift (`_ROUNDING_SHIFT`), a min
+    FMA scales it and adds the zero point and the rounding shift (`ROUNDING_SHIFT`), a min
     and a max saturate it, and the code is the low byte of its bits (te.round, a clamp and a
     conversion took seven). Rounds to the nearest code, ties to even, as ONNX QuantizeLinear."""
-    shifted = real * (1.0 / scale) + (_ROUNDING_SHIFT + zero_point)
-    saturated = te.min(te.max(shifted, _ROUNDING_SHIFT), _ROUNDING_SHIFT + U8_MAX)
+    shifted = real * (1.0 / scale) + (ROUNDING_SHIFT + zero_point)
+    saturated = te.min(te.max(shifted, ROUNDING_SHIFT), ROUNDING_SHIFT + U8_MAX)
     return tirx.reinterpret("int32", saturated).astype("uint8")
 
 

@@ -18,14 +18,14 @@ def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: fl
     divides; the variance about the mean, in a second pass."""
     *rows, width = x.shape
     width = int(width)
-    total = _row_reduction(x, x, te.sum, lanes, "sum", anchor=True)
+    total = row_reduction(x, x, te.sum, lanes, "sum", anchor=True)
     mean = te.compute(rows, lambda *r: total(*r) / float(width), name="mean")
 
     def square(*i):
         deviation = x(*i) - mean(*i[:-1])
         return deviation * deviation
 
-    squares = _row_reduction(x, square, te.sum, lanes, "squares")
+    squares = row_reduction(x, square, te.sum, lanes, "squares")
     scale = te.compute(rows, lambda *r: te.rsqrt(squares(*r) / float(width) + epsilon), name="inverse_std")
     return te.compute(x.shape, lambda *i: (x(*i) - mean(*i[:-1])) * scale(*i[:-1]) * gamma[i[-1]] + beta[i[-1]],
                       name="layer_norm")
@@ -34,14 +34,14 @@ def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: fl
 def softmax_rows(x: te.Tensor, lanes: int) -> te.Tensor:
     """`exp(x - max) / sum(exp(x - max))` over the last axis, which `lanes` divides; exp is
     TVM's vectorizable `fast_exp`, as in `transform.fast_math`."""
-    peak = _row_reduction(x, x, te.max, lanes, "max", anchor=True)
+    peak = row_reduction(x, x, te.max, lanes, "max", anchor=True)
     exps = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
-    total = _row_reduction(exps, exps, te.sum, lanes, "sum")
+    total = row_reduction(exps, exps, te.sum, lanes, "sum")
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, x.dtype) / total(*r), name="inverse_sum")
     return te.compute(x.shape, lambda *i: exps(*i) * inverse(*i[:-1]), name="softmax")
 
 
-def _row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor: bool = False) -> te.Tensor:
+def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor: bool = False) -> te.Tensor:
     """`reducer` over each row of `element(*index)` (`x`'s shape): `lanes` partial results
     (the schedule's vector), then across them. A kernel's first reduction carries its rule."""
     *rows, width = x.shape

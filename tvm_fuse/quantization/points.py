@@ -99,6 +99,24 @@ def weight_bound_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Coll
     return found
 
 
+def row_quantized_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = (),
+                         min_rows: int = MAX_WEIGHT_BOUND_ROWS + 1) -> list[relax.Var]:
+    """The dense kernels of `main` with constant [K, N] weights, N a multiple of 8, and at least
+    `min_rows` rows (or a symbolic count), none of their nodes in `exclude`: those an int8
+    kernel computes on their input rows quantized at run time (`compute.dense_int8`)."""
+    found = []
+    for binding, func in _composites(mod, model, "fc", exclude):
+        dense = func.body.blocks[0].bindings[0].value
+        weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
+        if not (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
+                and int(weight.ty.shape[1]) % min(INT8_OUT_BLOCKS) == 0 and dense.args[0].ty.dtype == "float32"):
+            continue
+        rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
+        if not all(isinstance(r, int) for r in rows) or math.prod(rows) >= min_rows:
+            found.append(binding.var)
+    return found
+
+
 def _composites(mod: tvm.IRModule, model: onnx.ModelProto, family: str, exclude: Collection[str]):
     """(binding, composite function) of each kernel of `main` whose anchor is of `family`
     (conv, fc) and none of whose ONNX nodes `exclude` names, by name or op type."""

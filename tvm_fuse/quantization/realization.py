@@ -11,6 +11,7 @@ import tvm
 from ..errors import InputError
 from ..frontend import ImportedModel
 from ..target import isa_features, target_string
+from ..transform.apply_schedules import vector_lanes
 from ..transform.realize_int8 import RealizeInt8
 from .calibrate import calibrate
 from .calibration_data import sample_files
@@ -37,7 +38,7 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
         return None
     if isinstance(table, (str, Path)) and Path(table).suffix == ".json":
         table = CalibrationTable.load(table)
-    if not isinstance(table, CalibrationTable):
+    if config.activations == "static" and not isinstance(table, CalibrationTable):
         table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
     vnni = "avx512_vnni" in features
-    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude)
+    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude, vector_lanes(target))

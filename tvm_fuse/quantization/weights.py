@@ -27,10 +27,11 @@ def pack_vnni(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(quads.transpose(0, 1, 2, 3, 4, 6, 5))
 
 
-def quantize_dense_weight(weight: np.ndarray, per_channel: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """[K, N] fp32 -> (the s8 codes [K, N], the scales [N]), a scale per output column or one for
-    all."""
-    return _symmetric(weight, (0,), S8_MAX, per_channel)
+def quantize_dense_weight(weight: np.ndarray, per_channel: bool = True, limit: int = S8_MAX
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """[K, N] fp32 -> (the s8 codes [K, N] in [-limit, limit], the scales [N]), a scale per
+    output column or one for all."""
+    return _symmetric(weight, (0,), limit, per_channel)
 
 
 def _symmetric(weight: np.ndarray, axes: tuple, limit: int, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ from ..compute.winograd_nchwc import (
 from ..patterns.table import ANCHOR_ATTR, PATTERN_ATTR, composite_nodes
 from .rebind import mutate_functions
 
-_OPAQUE = 8  # relax OpPatternKind kOpaque
+OPAQUE = 8  # relax OpPatternKind kOpaque
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args
     kernel = builder.call_te(
         compute, *args,
         primfunc_name_hint=prefix + pattern.replace("+", "_"),
-        primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": _OPAQUE,
+        primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": OPAQUE,
                         **(attrs or {})},
     )
     # Kernels of equal shape share one function; each call site records its own nodes.

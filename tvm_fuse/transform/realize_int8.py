@@ -9,7 +9,9 @@ of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
 Dense layers with few rows (a CNN's classifier at small batch) keep fp32 data and arithmetic
 but read s8 weights, with a scale per output column: fp32 weights made them bound by reading
-their weights.
+their weights. Without a table (`QuantConfig(activations="dynamic")`), the other dense layers
+run in int8 on their input quantized at run time, a scale per row (`compute.dense_int8`;
+each input quantized once, however many layers read it), and convs stay fp32.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
@@ -30,38 +32,44 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
+from ..compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
     QuantizableConv,
     composite_of,
     quantizable_convs,
+    row_quantized_denses,
     tensor_names,
     weight_bound_denses,
 )
 from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
-from .lower_composites import anchor_compute, composite_compute, kernel_call
+from .lower_composites import OPAQUE, anchor_compute, composite_compute, kernel_call
+from .lower_matmuls import KERNEL_ATTR
 from .rebind import mutate_functions, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 _U8_POOLS = {"relax.nn.max_pool2d"}
 
 
-def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per_channel: bool = True,
-                exclude: Collection[str] = ()) -> tvm.transform.Pass:
-    """`vnni`: the target has `vpdpbusd`; without it weights keep 7 bits (`quantization.weights`).
-    `exclude`: node names or op types left fp32, besides the table's own."""
+def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bool, per_channel: bool = True,
+                exclude: Collection[str] = (), lanes: int = 16) -> tvm.transform.Pass:
+    """`table`: the calibrated scales, or None to quantize dense inputs at run time.
+    `vnni`: the target has `vpdpbusd`; without it weights keep 7 bits (`quantization.weights`).
+    `exclude`: node names or op types left fp32, besides the table's own. `lanes`: the
+    target's fp32 vector width."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         names = tensor_names(mod, model)
-        excluded = {*table.exclude, *exclude}
-        convs = [c for c in quantizable_convs(mod, model, names, excluded)
-                 if all(n in table.tensors for n in (c.data, c.residual) if n)]
+        excluded = {*(table.exclude if table else ()), *exclude}
+        convs = [] if table is None else [c for c in quantizable_convs(mod, model, names, excluded)
+                                          if all(n in table.tensors for n in (c.data, c.residual) if n)]
         denses = weight_bound_denses(mod, model, excluded)
-        if not convs and not denses:
+        rows = [] if table is not None else row_quantized_denses(mod, model, excluded)
+        if not convs and not denses and not rows:
             return mod
-        realizer = _Realizer(mod, convs, denses, table, names, vnni, per_channel)
+        realizer = _Realizer(mod, convs, denses, rows, table, names, vnni, per_channel, lanes)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -72,17 +80,21 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable, vnni: bool, per
 @mutator
 class _Realizer(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], denses: list[relax.Var],
-                 table: CalibrationTable, names: dict[relax.Var, str], vnni: bool, per_channel: bool):
+                 rows: list[relax.Var], table: CalibrationTable | None, names: dict[relax.Var, str], vnni: bool,
+                 per_channel: bool, lanes: int):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
         self.denses = set(denses)
+        self.row_quantized = set(rows)
         self.values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
-        self.codes = _u8_plan(mod, self.values, self.convs, table, names)
+        self.codes = _u8_plan(mod, self.values, self.convs, table, names) if convs else {}
         self.table = table
         self.vnni = vnni
         self.per_channel = per_channel
+        self.lanes = lanes
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
+        self.row_codes: dict[relax.Var, tuple[relax.Var, relax.Var]] = {}  # fp32 tensor -> (codes, row params)
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         if binding.var in self.codes and binding.var not in self.convs:
@@ -91,6 +103,8 @@ class _Realizer(PyExprMutator):
             return self._pass_codes(binding)
         if binding.var in self.denses:
             return self._s8_weight_dense(binding)
+        if binding.var in self.row_quantized:
+            return self._row_quantized_dense(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
             return super().visit_var_binding_(binding)
@@ -134,6 +148,44 @@ class _Realizer(PyExprMutator):
             return composite_compute(func.body, params, anchor)(*tensors[:-1])
 
         self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, relax.const(scale)], "s8_weights_"))
+
+    def _row_quantized_dense(self, binding: relax.VarBinding) -> None:
+        """An int8 dense kernel on its input's rows quantized at run time (`compute.dense_int8`)."""
+        call = binding.value
+        func = self.mod[call.op]
+        params = list(func.params)
+        anchor_call = func.body.blocks[0].bindings[0].value
+        data, weight = (next(i for i, p in enumerate(params) if p.same_as(a)) for a in anchor_call.args[:2])
+        args = [self.visit_expr(a) for a in call.args]
+        codes, scale = quantize_dense_weight(args[weight].value.numpy(), self.per_channel,
+                                             S8_MAX if self.vnni else S7_MAX)
+        args[weight] = relax.const(pack_dense_quads(codes, packing_block(codes.shape[1], self.lanes)))
+        args[data], row_params = self._rows_as_codes(call.args[data], args[data])
+        column_sums = codes.astype(np.float32).sum(axis=0)
+
+        def compute(*tensors):
+            rows, sums, scales = tensors[len(params):]
+
+            def anchor(_call, data_codes, packed):
+                return dequantize_rows(dense_int8(data_codes, packed, self.vnni), rows, sums, scales)
+
+            return composite_compute(func.body, params, anchor)(*tensors[:len(params)])
+
+        extra = [row_params, relax.const(column_sums), relax.const(scale)]
+        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
+
+    def _rows_as_codes(self, original: relax.Var, value: relax.Expr) -> tuple[relax.Var, relax.Var]:
+        """(u8 codes, per-row (scale, low)) of `value`, by one kernel per tensor however many
+        dense layers read it."""
+        if original not in self.row_codes:
+            width = int(value.ty.shape[-1])
+            lanes = next(b for b in (self.lanes >> s for s in range(self.lanes.bit_length())) if width % b == 0)
+            kernel = self.builder_.call_te(quantize_rows, value, lanes, primfunc_name_hint="quantize_rows",
+                                           primfunc_attrs={KERNEL_ATTR: "quantize_rows", "op_pattern": OPAQUE})
+            both = self.builder_.emit(kernel)
+            self.row_codes[original] = (self.builder_.emit(relax.TupleGetItem(both, 0)),
+                                        self.builder_.emit(relax.TupleGetItem(both, 1)))
+        return self.row_codes[original]
 
     def _quantized_depthwise(self, binding: relax.VarBinding) -> None:
         """A depthwise conv kernel, its epilogue rounding to u8 codes on the scale its readers take."""

@@ -1,0 +1,77 @@
+"""The dynamic int8 dense layer: rows quantized on their own ranges, multiplied with s8
+weights in s32 (on `vpdpbusd` where the host has VNNI, `vpmaddubsw` on 7-bit weights where
+it has AVX-512 only), dequantized in the epilogue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from tvm_fuse.compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
+from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.quantization.weights import S7_MAX, S8_MAX
+from tvm_fuse.schedules import KNOBS_ATTR, apply
+from tvm_fuse.target import parse_target
+
+
+def _compiled(func):
+    scheduled = apply(func, 16)
+    assert scheduled.attrs[KNOBS_ATTR] == "default"  # scheduled (tensorized) by its rule
+    return tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target("native"), tir_pipeline=TIR_PIPELINE)
+
+
+def _row_codes(x: np.ndarray):
+    """numpy's per-row quantization: (codes, scale, low)."""
+    low, high = x.min(axis=-1, keepdims=True), x.max(axis=-1, keepdims=True)
+    scale = np.where(high > low, (high - low) / 255, 1).astype(np.float32)
+    codes = np.clip(np.rint((x - low) * (np.float32(1) / scale)), 0, 255)
+    return codes, scale, low
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("shape", [(128, 384), (2, 7, 64), (3, 32)])
+def test_rows_quantize_to_codes_on_their_own_range(shape):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape) * rng.uniform(0.1, 10, shape[:-1] + (1,)) + 3).astype(np.float32)
+    x[..., 0, :] = 0.5  # a constant row
+    x_t = te.placeholder(shape, "float32", name="x")
+    codes_t, params_t = quantize_rows(x_t, 16)
+    kernel = _compiled(te.create_prim_func([x_t, codes_t, params_t]))
+    codes = tvm.runtime.tensor(np.zeros(shape, np.uint8))
+    params = tvm.runtime.tensor(np.zeros((*shape[:-1], 2), np.float32))
+    kernel["main"](tvm.runtime.tensor(x), codes, params)
+    expected, scale, low = _row_codes(x)
+    np.testing.assert_allclose(params.numpy()[..., 0], scale[..., 0], rtol=1e-6)
+    np.testing.assert_array_equal(params.numpy()[..., 1], low[..., 0])
+    # Codes equal numpy's but for ties rounded the other way by a last-ulp difference.
+    assert np.abs(codes.numpy().astype(int) - expected).max() <= 1
+    assert (codes.numpy() != expected).mean() < 1e-3
+    real = low + scale * codes.numpy()
+    assert np.abs(real - x).max() <= 0.51 * scale.max()
+
+
+@pytest.mark.parametrize("vnni", [pytest.param(True, marks=pytest.mark.vnni), pytest.param(False, marks=pytest.mark.avx512)])
+@pytest.mark.parametrize("rows, k, n, block", [(32, 384, 96, 16), ((2, 7), 36, 48, 16), (24, 64, 24, 8)])
+def test_int8_dense_equals_the_product_of_the_codes(vnni, rows, k, n, block):
+    rows = rows if isinstance(rows, tuple) else (rows,)
+    rng = np.random.default_rng(1)
+    limit = S8_MAX if vnni else S7_MAX
+    codes = rng.integers(0, 256, (*rows, k + -k % 4)).astype(np.uint8)
+    codes[..., k:] = 0
+    weight = rng.integers(-limit, limit + 1, (k, n)).astype(np.int8)
+    packed = pack_dense_quads(weight, block)
+    params = np.stack([rng.uniform(0.01, 0.1, rows), rng.uniform(-3, 0, rows)], axis=-1).astype(np.float32)
+    column_sums = weight.astype(np.float32).sum(axis=0)
+    column_scales = rng.uniform(0.001, 0.01, n).astype(np.float32)
+    tensors = [te.placeholder(a.shape, str(a.dtype), name=name) for a, name in
+               [(codes, "codes"), (packed, "w"), (params, "params"), (column_sums, "sums"), (column_scales, "scales")]]
+    real = dequantize_rows(dense_int8(*tensors[:2], vnni), *tensors[2:])
+    out_t = te.compute(real.shape, lambda *i: te.max(real[i], 0.0), name="relu")
+    kernel = _compiled(te.create_prim_func([*tensors, out_t]))
+    out = tvm.runtime.tensor(np.zeros((*rows, n), np.float32))
+    kernel["main"](*(tvm.runtime.tensor(a) for a in (codes, packed, params, column_sums, column_scales)), out)
+    acc = codes[..., :k].astype(np.int64) @ weight.astype(np.int64)
+    expected = (params[..., :1] * acc + params[..., 1:] * column_sums) * column_scales
+    np.testing.assert_allclose(out.numpy(), np.maximum(expected, 0), rtol=1e-5, atol=1e-5 * np.abs(expected).max())
