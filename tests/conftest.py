@@ -88,3 +88,21 @@ def tiny_model(batch="batch", op="Relu", opset=17):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
     return model
+
+
+def dense_model(rows: tuple, k: int, n: int, seed: int = 0):
+    """x[*rows, k] -> MatMul with a constant [k, n] -> Relu -> y: one dense kernel."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="dense"),
+         helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*rows, n])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model

@@ -59,7 +59,8 @@ def build(
             on other targets the model builds in fp32, with a warning. The fusion report marks each kernel's `int8`.
         precision: `"fp32"` (exact, the default) or `"bf16"`: blocked conv kernels multiply in
             bf16 (weights rounded once, here; inputs as each kernel reads them) and add in
-            fp32, on AVX512-BF16's `vdpbf16ps`. On targets without AVX512-BF16 the model builds
+            fp32, on AVX512-BF16's `vdpbf16ps`; dense layers on AMX tiles (`tdpbf16ps`) where
+            the target has AMX-BF16. On targets without AVX512-BF16 the model builds
             in fp32, with a warning. The fusion report gives each kernel's precision. With
             `quantize`, the convs int8 takes run in int8 and the others in bf16.
 
