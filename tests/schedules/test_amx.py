@@ -46,6 +46,7 @@ def test_a_bf16_dense_on_an_amx_target_runs_on_tiles():
     # Each parallel task loads the tile configuration itself: it is per thread.
     functions = _functions_with(assembly, "ldtilecfg")
     assert functions and all("parallel_lambda" in name for name in functions), functions
+    assert model.uses_amx and model.metadata()["uses_amx"]
 
 
 @pytest.mark.parametrize("target, k", [("llvm -mcpu=znver4", 64),  # AVX512-BF16 without AMX
@@ -55,6 +56,7 @@ def test_a_bf16_dense_without_amx_or_whose_shape_tiles_do_not_fit_uses_vdpbf16ps
     assembly = model.assembly()
     assert "vdpbf16ps" in assembly
     assert not TILE_INSTRUCTION.search(assembly)
+    assert not model.uses_amx
 
 
 def test_fp32_and_int8_builds_use_no_tiles():
@@ -65,6 +67,7 @@ def test_fp32_and_int8_builds_use_no_tiles():
     int8 = tvm_fuse.build(residual_block(), "llvm -mcpu=cascadelake", quantize=QuantConfig(calibration=TABLE))
     for model in [*fp32, int8]:
         assert not TILE_INSTRUCTION.search(model.assembly())
+        assert not model.uses_amx
 
 
 def _bf16_kernel(rows: tuple, k: int, n: int):
@@ -161,7 +164,7 @@ def test_the_int8_amx_dense_equals_numpy_exactly(rows, k, n):
 @pytest.mark.amx
 def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
     model = _bf16_build("native", rows=(16,), k=128, n=64)
-    assert "amx_bf16" in model.features
+    assert model.uses_amx
     x = np.random.default_rng(1).standard_normal((16, 128)).astype(np.float32)
     (y,) = model.run(None, {"x": x})
     w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)  # dense_model's weight
