@@ -21,6 +21,7 @@ from . import (
     conv_nchwc,
     conv_nchwc_bf16,
     conv_nchwc_int8,
+    dense_amx,
     dense_bf16,
     dense_int8,
     dense_packed,
@@ -28,6 +29,7 @@ from . import (
     rowwise,
     winograd_nchwc,
 )
+from .amx import Tiles
 from .common import anchor_block
 
 
@@ -55,6 +57,7 @@ RULES = {
                                 dense_bf16.knob_space),
     "tvm_fuse.dense_int8": Rule(dense_int8.schedule, dense_packed.DensePackedKnobs, dense_int8.default_knobs,
                                 dense_int8.knob_space),
+    "tvm_fuse.dense_amx": Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
     "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                                     winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
@@ -75,7 +78,7 @@ def apply(func: tvm.tirx.PrimFunc, vector_lanes: int, knobs: dict | None = None)
         try:
             rule.schedule(sch, block, vector_lanes, rule.knobs(**knobs))
             return sch.mod["main"].with_attr(KNOBS_ATTR, "tuned")
-        except (TypeError, s_tir.ScheduleError, tvm.error.InternalError) as error:
+        except (TypeError, ValueError, s_tir.ScheduleError, tvm.error.InternalError) as error:
             warnings.warn(f"tuned knobs {knobs} do not fit this {name} kernel, using the default: {error}")
             sch = s_tir.Schedule(func)
             block, _ = anchor_block(sch)

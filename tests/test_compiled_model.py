@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tvm_fuse
-from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, tiny_model
+from tests.conftest import AVX512_TARGET, assert_close, dense_model, ort_outputs, tiny_model
 from tvm_fuse import ExportError, InputError
 
 pytestmark = pytest.mark.avx512
@@ -214,6 +214,21 @@ def test_a_model_compiled_for_features_the_host_lacks_refuses_to_run(monkeypatch
     monkeypatch.setattr("tvm_fuse.target.host_features", lambda: frozenset({"avx2", "fma"}))
     with pytest.raises(tvm_fuse.TvmFuseError, match="this CPU lacks them"):
         model.run(None, {"x": _x()})
+
+
+def test_a_model_on_amx_tiles_refuses_to_run_where_the_os_denies_amx(monkeypatch, tmp_path):
+    # Cross-compiled for Sapphire Rapids (on any host): its bf16 dense runs on AMX tiles.
+    model = tvm_fuse.build(dense_model((32,), 64, 64), "llvm -mcpu=sapphirerapids", precision="bf16")
+    loaded = tvm_fuse.load(model.export(tmp_path / "amx.so"))
+    assert model.uses_amx and loaded.uses_amx
+    monkeypatch.setattr("tvm_fuse.compiled_model.amx_permitted", lambda: False)
+    for session in (model, loaded):
+        with pytest.raises(tvm_fuse.TvmFuseError, match="kernels on AMX tiles.*may not run AMX"):
+            session.run(None, {"x": np.zeros((32, 64), np.float32)})
+
+
+def test_a_model_without_tiles_says_so():
+    assert not tvm_fuse.build(tiny_model(), AVX512_TARGET).metadata()["uses_amx"]
 
 
 def test_out_of_range_token_ids_are_refused_not_read_out_of_bounds():

@@ -8,6 +8,7 @@ from pathlib import Path
 import tvm
 
 from . import artifact
+from .amx import uses_tiles
 from .compiled_model import CompiledModel, set_num_threads
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
@@ -59,7 +60,9 @@ def build(
             on other targets the model builds in fp32, with a warning. The fusion report marks each kernel's `int8`.
         precision: `"fp32"` (exact, the default) or `"bf16"`: blocked conv kernels multiply in
             bf16 (weights rounded once, here; inputs as each kernel reads them) and add in
-            fp32, on AVX512-BF16's `vdpbf16ps`. On targets without AVX512-BF16 the model builds
+            fp32, on AVX512-BF16's `vdpbf16ps`; dense layers on AMX tiles (`tdpbf16ps`) where
+            the target has AMX-BF16 (such a model runs only where the OS grants this process
+            AMX, `CompiledModel.uses_amx`). On targets without AVX512-BF16 the model builds
             in fp32, with a warning. The fusion report gives each kernel's precision. With
             `quantize`, the convs int8 takes run in int8 and the others in bf16.
 
@@ -80,6 +83,7 @@ def build(
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
         report.kernel_calls = count_kernel_calls(mod)
+        amx = uses_tiles(mod)
         executable = compile_lowered(mod, tvm_target)
     except Exception as error:
         brief = target_string(tvm_target, brief=True)
@@ -94,6 +98,7 @@ def build(
         isa_features(tvm_target),
         report,
         "bf16" if bf16 else "fp32",
+        uses_amx=amx,
     )
 
 

@@ -10,6 +10,7 @@ import tvm
 from tvm import relax
 
 from . import artifact
+from .amx import amx_permitted
 from .benchmark import Latency, random_feed, time_runs
 from .errors import TvmFuseError
 from .explain import FusionReport
@@ -38,7 +39,7 @@ class CompiledModel:
     """
 
     def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features,
-                 report: FusionReport | None = None, precision: str = "fp32"):
+                 report: FusionReport | None = None, precision: str = "fp32", uses_amx: bool = False):
         self._library = library
         self._report = report or FusionReport()
         self._inputs: list[TensorInfo] = list(inputs)
@@ -46,6 +47,7 @@ class CompiledModel:
         self.target = target
         self.features = frozenset(features)  # ISA features the code may use
         self.precision = precision  # "fp32" or "bf16": what `build(precision=...)` made
+        self.uses_amx = uses_amx  # whether kernels run AMX tile programs: they need the OS's leave
         # A VM runs one call at a time: each thread that runs the model gets its own, and its
         # own input buffers.
         self._per_thread = threading.local()
@@ -63,6 +65,15 @@ class CompiledModel:
     def _machine(self) -> relax.VirtualMachine:
         machine = getattr(self._per_thread, "machine", None)
         if machine is None:
+            # Asked before any kernel runs: the OS lets a process run tile instructions only
+            # once it has asked (`amx_permitted` asks), and without leave they raise SIGILL.
+            if self.uses_amx and not amx_permitted():
+                raise TvmFuseError(
+                    f"this model was compiled for '{self.target}' with kernels on AMX tiles, and this "
+                    "process may not run AMX: the CPU lacks it, or the operating system keeps it off "
+                    "or refused this process (arch_prctl ARCH_REQ_XCOMP_PERM). Build with "
+                    "target='native' to run here."
+                )
             missing = missing_host_features(self.features)
             if missing:
                 # Running would die on an illegal instruction: refuse with a reason instead.
@@ -138,6 +149,7 @@ class CompiledModel:
             "target": self.target,
             "features": sorted(self.features),
             "precision": self.precision,
+            "uses_amx": self.uses_amx,
             "inputs": [_info_to_json(i) for i in self._inputs],
             "outputs": [_info_to_json(o) for o in self._outputs],
             "fusion_report": self._report.to_json(),
@@ -153,6 +165,7 @@ class CompiledModel:
             metadata["features"],
             FusionReport.from_json(metadata["fusion_report"]) if "fusion_report" in metadata else None,
             metadata.get("precision", "fp32"),  # exports before bf16 builds existed
+            metadata.get("uses_amx", False),  # exports before AMX kernels existed
         )
 
     def __repr__(self) -> str:

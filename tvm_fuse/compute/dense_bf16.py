@@ -1,6 +1,7 @@
 """bf16 dense layers: `x[..., K] @ W[K, N]` with fp32 `x` rounded to bf16 in one pass, and W's bf16
 bits packed [N/b, K/2, b, 2] (`compute.bf16.pack_dense_pairs`), summed in fp32: each step a
-b x 2 pair dot product, `vdpbf16ps`."""
+b x 2 pair dot product, `vdpbf16ps`; or, on AMX, the same sum in tiles (`schedules.dense_amx`),
+for which the [N/16, K/2, 16, 2] pack is the layout of the matrix engine's B tiles."""
 
 from __future__ import annotations
 
@@ -10,10 +11,19 @@ from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits_tensor
 
 DENSE_BF16_RULE = "tvm_fuse.dense_bf16"
+DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # this product (or its u8 x s8 form) on AMX tiles
+AMX_COLUMNS = 16  # C columns per AMX tile: the weight's block must be this
+AMX_BF16_DEPTH = 32  # bf16 K values per AMX tile row (64 bytes): K must be a multiple
 
 
-def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True) -> te.Tensor:
-    """`native`: tensorized with `vdpbf16ps`, else with its portable form."""
+def fits_amx(k: int, n: int, block: int) -> bool:
+    """Whether a dense of reduction `k` and `n` columns, packed in `block`s, fits AMX tiles."""
+    return block == AMX_COLUMNS and k % AMX_BF16_DEPTH == 0 and n % AMX_COLUMNS == 0
+
+
+def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx: bool = False) -> te.Tensor:
+    """`native`: tensorized with `vdpbf16ps`, else with its portable form. `amx`: computed on
+    AMX tiles (`tdpbf16ps`) instead, where the shape `fits_amx`."""
     chunks, pairs, block, pair = packed.shape
     bits = to_bits_tensor(x)
     kp = te.reduce_axis((0, pairs), name="kp")
@@ -24,5 +34,6 @@ def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True) -> t
         return te.sum(from_bits(bits[(*rows, kp * PAIR + p)]) * from_bits(packed[n // block, kp, n % block, p]),
                       axis=[kp, p])
 
-    return te.compute((*x.shape[:-1], chunks * block), value, name="matmul",
-                      attrs={SCHEDULE_RULE: DENSE_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
+    attrs = {SCHEDULE_RULE: DENSE_AMX_RULE} if amx else \
+        {SCHEDULE_RULE: DENSE_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
+    return te.compute((*x.shape[:-1], chunks * block), value, name="matmul", attrs=attrs)

@@ -12,6 +12,10 @@ residual); a depthwise conv (fp32 arithmetic) widens it as it pads it, and write
 where its readers take it; a concat of bf16 tensors moves them as they are. Any other output
 is fp32, so what reads it is unchanged.
 
+On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and whose columns
+a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.dense_amx`),
+with the same weight packing; other shapes stay on `vdpbf16ps`.
+
 Left in fp32: products of two activations (attention's), dense layers whose columns the vector
 width does not divide or whose reduction is odd, depthwise convs' arithmetic (bound by memory:
 halving their products gains nothing), and the wide 3x3 convs Winograd takes (its 4x fewer
@@ -29,7 +33,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute.dense_bf16 import dense_packed_bf16
+from ..compute.dense_bf16 import dense_packed_bf16, fits_amx
 from ..compute.matmul import pack_dense_weight
 from ..errors import InputError
 from ..patterns.table import PATTERN_ATTR
@@ -48,13 +52,15 @@ from .rebind import is_op, mutate_functions, readers
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
 
-def RealizeBf16(lanes: int = 16, native: bool = True) -> tvm.transform.Pass:
+def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.transform.Pass:
     """`lanes`: the target's fp32 vector width, the block dense weights are packed in.
-    `native`: tensorize with `vdpbf16ps` (the target has AVX512-BF16), else its portable form."""
+    `native`: tensorize with `vdpbf16ps` (the target has AVX512-BF16), else its portable form.
+    `amx`: dense layers whose shape fits AMX tiles run on them (`tdpbf16ps`; the target has
+    AMX-BF16), the others on `vdpbf16ps` as without it."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeBf16")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        realizer = _Realizer(mod, lanes, native)
+        realizer = _Realizer(mod, lanes, native, amx)
 
         def realized(func: relax.Function) -> relax.Function | None:
             if PATTERN_ATTR in (func.attrs or {}):
@@ -68,9 +74,10 @@ def RealizeBf16(lanes: int = 16, native: bool = True) -> tvm.transform.Pass:
     return realize
 
 
-def bf16_anchor(func: relax.Function, args, lanes: int, native: bool):
+def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool = False):
     """(the weight's parameter position, its bf16 packing, the anchor's bf16 compute) if
-    composite `func`, called on `args`, runs as a bf16 kernel; else None."""
+    composite `func`, called on `args`, runs as a bf16 kernel; else None. `amx`: a dense layer
+    that fits AMX tiles computes on them (the same packing)."""
     anchor = func.body.blocks[0].bindings[0].value
     position = next((i for i, p in enumerate(func.params) if p.same_as(anchor.args[1])), None)
     weight = args[position] if position is not None else None
@@ -81,7 +88,9 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool):
         if weight.ty.ndim != 2 or k % PAIR or n % lanes:
             return None
         packed = pack_dense_pairs(pack_dense_weight(weight.value.numpy(), lanes))
-        return position, packed, lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native)
+        tiles = amx and fits_amx(k, n, lanes)
+        return position, packed, \
+            lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native, amx=tiles)
     if anchor.op.name != "relax.nn.conv2d" or weight.ty.ndim != 6:
         return None
     attrs = anchor.attrs
@@ -159,11 +168,12 @@ def _direct_beats_winograd(conv: relax.Call, weight: relax.Expr) -> bool:
 
 @mutator
 class _Realizer(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, lanes: int, native: bool):
+    def __init__(self, mod: tvm.IRModule, lanes: int, native: bool, amx: bool):
         super().__init__(mod)
         self.mod = mod
         self.lanes = lanes
         self.native = native
+        self.amx = amx
         self.bits: set[relax.Var] = set()  # bindings whose kernels write bf16 bits
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
@@ -174,7 +184,7 @@ class _Realizer(PyExprMutator):
         if is_op(call, "relax.concat") and self.binding in self.bits:  # moves bf16 as it is
             return self.builder_.normalize(relax.Call(call.op, [self.visit_expr(call.args[0])], call.attrs))
         func = called_composite(self.mod, call)
-        found = bf16_anchor(func, list(call.args), self.lanes, self.native) if func is not None else None
+        found = bf16_anchor(func, list(call.args), self.lanes, self.native, self.amx) if func is not None else None
         if found is None:
             if func is not None and blocked_depthwise(func):
                 return self._depthwise(func, call)
@@ -213,8 +223,9 @@ PRECISIONS = ("fp32", "bf16")
 
 
 def bf16_pass(precision: str, target: tvm.target.Target) -> tvm.transform.Pass | None:
-    """`RealizeBf16` for a bf16 build on a target with AVX512-BF16; None for fp32, and (with a
-    warning) for a target without it, which builds in fp32."""
+    """`RealizeBf16` for a bf16 build on a target with AVX512-BF16 (its dense layers on AMX
+    tiles where it also has AMX-BF16); None for fp32, and (with a warning) for a target
+    without AVX512-BF16, which builds in fp32."""
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision == "fp32":
@@ -222,4 +233,4 @@ def bf16_pass(precision: str, target: tvm.target.Target) -> tvm.transform.Pass |
     if "avx512_bf16" not in isa_features(target):
         warnings.warn(f"bf16 kernels need AVX512-BF16; {target_string(target)} builds in fp32")
         return None
-    return RealizeBf16(vector_lanes(target))
+    return RealizeBf16(vector_lanes(target), amx="amx_bf16" in isa_features(target))
