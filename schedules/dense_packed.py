@@ -1,8 +1,8 @@
 """Dense layers with packed weights (`tvm_fuse.compute.matmul.dense_packed`): a tile of
 `row_tile` rows x `column_tile` blocks of output columns (a vector register each) accumulated
 in registers over the whole reduction, each step a broadcast input scalar times contiguous
-weight vectors; tiles in parallel; the fused epilogue applied to the tile before it is stored.
-A vector is one block of the packed weight: the target's width, or narrower for s8 weights
+weight vectors; tiles in parallel, a strip of columns at a time; the fused epilogue applied
+to the tile before it is stored. A vector is one block of the packed weight: the target's width, or narrower for s8 weights
 packed in the widest block that divides their columns (8 for 1000 classes)."""
 
 from __future__ import annotations
@@ -62,9 +62,12 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
     columns_out, column_blocks, columns_in = sch.split(columns, [None, knobs.column_tile, lanes])
-    # Each broadcast input feeds column_tile FMAs, each weight vector row_tile FMAs.
-    sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_blocks, columns_in)
-    outer = sch.fuse(*lead, rows_out, columns_out)
+    # Each broadcast input feeds column_tile FMAs, each weight vector row_tile FMAs. Tiles of
+    # one strip of columns run one after another, so the strip's weights (K x a few vectors:
+    # 48 KB for MiniLM) stay in L2 for every row; row-major tiles read the whole weight from
+    # L3 once per row tile (MiniLM's 2.4 MB FFN weights): its dense layers 7-10% slower (Zen 5).
+    sch.reorder(columns_out, *lead, rows_out, reduction, rows_in, column_blocks, columns_in)
+    outer = sch.fuse(columns_out, *lead, rows_out)
     sch.parallel(outer)
     write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, reduction, lanes)
     store_tile(sch, write_back, epilogue, outer, lanes)

@@ -70,3 +70,19 @@ def test_excluded_layers_stay_fp32(encoder):
 def test_bad_configs_are_named(arguments, message):
     with pytest.raises(InputError, match=message):
         QuantConfig(**arguments)
+
+
+def test_on_amx_the_dense_layers_run_tdpbusd(encoder):
+    """Compiles only: runs on any host."""
+    model = tvm_fuse.build(encoder, "llvm -mcpu=sapphirerapids", quantize=DYNAMIC)
+    assert re.search(r"tdpbusd\s+%tmm", model.assembly())
+    assert model.uses_amx and all(k["int8"] for k in _kernels(model) if k["pattern"].startswith("dense"))
+
+
+@pytest.mark.amx
+def test_an_encoder_on_amx_tiles_stays_close_to_fp32(encoder):
+    feed = {"hidden_states": np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)}
+    model = tvm_fuse.build(encoder, quantize=DYNAMIC)  # native: AMX where the OS grants it
+    assert model.uses_amx
+    (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
+    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()

@@ -17,7 +17,8 @@ from tests.conftest import dense_model
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute import SCHEDULE_RULE
 from tvm_fuse.compute.bf16 import bits_of, pack_dense_pairs, value_of
-from tvm_fuse.compute.dense_bf16 import DENSE_AMX_RULE, dense_packed_bf16
+from tvm_fuse.compute import DENSE_AMX_RULE
+from tvm_fuse.compute.dense_bf16 import dense_packed_bf16
 from tvm_fuse.compute.matmul import pack_dense_weight
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space

@@ -8,3 +8,6 @@ into the anchor's output loop.
 
 SCHEDULE_RULE = "schedule_rule"  # block attribute read by `tvm_fuse.schedules.apply`
 DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: the instruction a dot-product kernel is tensorized with
+DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # a bf16 or u8 x s8 dense product on AMX tiles (`schedules.dense_amx`)
+AMX_COLUMNS = 16  # C columns per AMX tile: a dense weight's packing block must be this
+AMX_ROW_BYTES = 64  # bytes of K per AMX tile row: K times the input's bytes must be a multiple

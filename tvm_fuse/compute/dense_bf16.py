@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits_tensor
 
 DENSE_BF16_RULE = "tvm_fuse.dense_bf16"
-DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # this product (or its u8 x s8 form) on AMX tiles
-AMX_COLUMNS = 16  # C columns per AMX tile: the weight's block must be this
-AMX_BF16_DEPTH = 32  # bf16 K values per AMX tile row (64 bytes): K must be a multiple
 
 
 def fits_amx(k: int, n: int, block: int) -> bool:
     """Whether a dense of reduction `k` and `n` columns, packed in `block`s, fits AMX tiles."""
-    return block == AMX_COLUMNS and k % AMX_BF16_DEPTH == 0 and n % AMX_COLUMNS == 0
+    return block == AMX_COLUMNS and k % (AMX_ROW_BYTES // 2) == 0 and n % AMX_COLUMNS == 0
 
 
 def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx: bool = False) -> te.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .requantize import ROUNDING_SHIFT, U8_MAX
 from .rowwise import row_reduction
 
@@ -61,9 +61,15 @@ def quantize_rows(x: te.Tensor, lanes: int) -> tuple[te.Tensor, te.Tensor]:
     return codes, params
 
 
-def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True) -> te.Tensor:
+def fits_amx(k: int, block: int) -> bool:
+    """Whether a dense of (padded) reduction `k`, its weight packed in `block`s, fits AMX tiles."""
+    return block == AMX_COLUMNS and k % AMX_ROW_BYTES == 0
+
+
+def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`codes[..., K] @ W` in s32, W packed by `pack_dense_quads`. `vnni`: the dot product the
-    schedule tensorizes with (`vpdpbusd`, else `vpmaddubsw` + `vpmaddwd` on 7-bit weights)."""
+    schedule tensorizes with (`vpdpbusd`, else `vpmaddubsw` + `vpmaddwd` on 7-bit weights).
+    `amx`: computed on AMX tiles (`tdpbusd`) instead, where the shape `fits_amx`."""
     chunks, quads, block, quad = packed.shape
     kq = te.reduce_axis((0, quads), name="kq")
     q = te.reduce_axis((0, quad), name="q")
@@ -73,8 +79,9 @@ def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True) -> te.Ten
         return te.sum(codes[(*rows, kq * QUAD + q)].astype("int32")
                       * packed[n // block, kq, n % block, q].astype("int32"), axis=[kq, q])
 
-    return te.compute((*codes.shape[:-1], chunks * block), value, name="matmul",
-                      attrs={SCHEDULE_RULE: DENSE_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"})
+    attrs = {SCHEDULE_RULE: DENSE_AMX_RULE} if amx else \
+        {SCHEDULE_RULE: DENSE_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
+    return te.compute((*codes.shape[:-1], chunks * block), value, name="matmul", attrs=attrs)
 
 
 def dequantize_rows(acc: te.Tensor, params: te.Tensor, column_sums: te.Tensor, column_scales: te.Tensor) -> te.Tensor:

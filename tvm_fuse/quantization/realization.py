@@ -41,4 +41,5 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
     if config.activations == "static" and not isinstance(table, CalibrationTable):
         table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
     vnni = "avx512_vnni" in features
-    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude, vector_lanes(target))
+    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude, vector_lanes(target),
+                       amx="amx" in features)

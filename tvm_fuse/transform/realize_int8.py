@@ -32,7 +32,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
-from ..compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
+from ..compute.dense_int8 import dense_int8, dequantize_rows, fits_amx, pack_dense_quads, quantize_rows
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
     QuantizableConv,
@@ -53,11 +53,12 @@ _U8_POOLS = {"relax.nn.max_pool2d"}
 
 
 def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bool, per_channel: bool = True,
-                exclude: Collection[str] = (), lanes: int = 16) -> tvm.transform.Pass:
+                exclude: Collection[str] = (), lanes: int = 16, amx: bool = False) -> tvm.transform.Pass:
     """`table`: the calibrated scales, or None to quantize dense inputs at run time.
     `vnni`: the target has `vpdpbusd`; without it weights keep 7 bits (`quantization.weights`).
     `exclude`: node names or op types left fp32, besides the table's own. `lanes`: the
-    target's fp32 vector width."""
+    target's fp32 vector width. `amx`: the target has AMX-INT8, on whose tiles (`tdpbusd`)
+    the dense layers that fit them run."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -69,7 +70,7 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         rows = [] if table is not None else row_quantized_denses(mod, model, excluded)
         if not convs and not denses and not rows:
             return mod
-        realizer = _Realizer(mod, convs, denses, rows, table, names, vnni, per_channel, lanes)
+        realizer = _Realizer(mod, convs, denses, rows, table, names, vnni, per_channel, lanes, amx)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -81,7 +82,7 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
 class _Realizer(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, convs: list[QuantizableConv], denses: list[relax.Var],
                  rows: list[relax.Var], table: CalibrationTable | None, names: dict[relax.Var, str], vnni: bool,
-                 per_channel: bool, lanes: int):
+                 per_channel: bool, lanes: int, amx: bool):
         super().__init__(mod)
         self.mod = mod
         self.convs = {c.var: c for c in convs}
@@ -93,6 +94,7 @@ class _Realizer(PyExprMutator):
         self.vnni = vnni
         self.per_channel = per_channel
         self.lanes = lanes
+        self.amx = amx
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
         self.row_codes: dict[relax.Var, tuple[relax.Var, relax.Var]] = {}  # fp32 tensor -> (codes, row params)
 
@@ -158,8 +160,10 @@ class _Realizer(PyExprMutator):
         data, weight = (next(i for i, p in enumerate(params) if p.same_as(a)) for a in anchor_call.args[:2])
         args = [self.visit_expr(a) for a in call.args]
         codes, scale = quantize_dense_weight(args[weight].value.numpy(), self.per_channel,
-                                             S8_MAX if self.vnni else S7_MAX)
-        args[weight] = relax.const(pack_dense_quads(codes, packing_block(codes.shape[1], self.lanes)))
+                                             S8_MAX if self.vnni or self.amx else S7_MAX)
+        block = packing_block(codes.shape[1], self.lanes)
+        tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, block)
+        args[weight] = relax.const(pack_dense_quads(codes, block))
         args[data], row_params = self._rows_as_codes(call.args[data], args[data])
         column_sums = codes.astype(np.float32).sum(axis=0)
 
@@ -167,7 +171,7 @@ class _Realizer(PyExprMutator):
             rows, sums, scales = tensors[len(params):]
 
             def anchor(_call, data_codes, packed):
-                return dequantize_rows(dense_int8(data_codes, packed, self.vnni), rows, sums, scales)
+                return dequantize_rows(dense_int8(data_codes, packed, self.vnni, tiles), rows, sums, scales)
 
             return composite_compute(func.body, params, anchor)(*tensors[:len(params)])
 
