@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tvm import s_tir
+import tvm
+from tvm import s_tir, tirx
+from tvm.sym import Analyzer
 
 from ..compute import SCHEDULE_RULE
 
@@ -65,10 +67,18 @@ def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int,
             sch.unroll(loop)
 
 
-def divisor(extent, choices) -> int:
-    """The first of `choices` that divides `extent` (1 for a symbolic extent)."""
+def divides(factor: int, extent) -> bool:
+    """Whether `factor` divides `extent`, provably: for a symbolic extent only when it is built
+    as a multiple (a row count padded to whole tiles, `compute.matmul.padded`)."""
     value = static_extent(extent)
-    return next((c for c in choices if value and value % c == 0), 1)
+    if value:
+        return value % factor == 0
+    return isinstance(extent, tvm.ir.expr.Expr) and Analyzer().can_prove(tirx.floormod(extent, factor) == 0)
+
+
+def divisor(extent, choices) -> int:
+    """The first of `choices` that divides `extent` (1 if none does)."""
+    return next((c for c in choices if divides(c, extent)), 1)
 
 
 def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -106,6 +116,7 @@ def accumulator_tile(vectors, row_tile: int, lanes: int) -> int:
 
 
 def divisors(extent, limit: int) -> list[int]:
-    """The divisors of `extent` up to `limit`, ascending ([1] for a symbolic extent)."""
+    """The divisors of `extent` up to `limit`, ascending (of a symbolic extent, those it is
+    built a multiple of)."""
     value = static_extent(extent)
-    return [d for d in range(1, min(value, limit) + 1) if value % d == 0] if value else [1]
+    return [d for d in range(1, (min(value, limit) if value else limit) + 1) if divides(d, extent)]

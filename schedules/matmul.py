@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm import s_tir
 
 from .common import (
+    accumulate_in_registers,
     accumulator_budget,
     accumulator_tile,
     divisor,
     divisors,
     inline_epilogue,
+    store_tile,
     vectorize_innermost,
 )
 
@@ -43,10 +46,23 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
+    for padding in sch.get_producers(block):  # a symbolic column count's copy in whole vectors
+        *outer_loops, _ = sch.get_loops(padding)
+        sch.parallel(sch.fuse(*outer_loops))
+        vectorize_innermost(sch, padding, lanes)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
     columns_out, column_vectors, columns_in = sch.split(columns, [None, knobs.column_tile, knobs.column_vector])
     sch.reorder(*lead, rows_out, columns_out, reduction, rows_in, column_vectors, columns_in)
+    if epilogue is not None and _crops(sch, block, epilogue):
+        # A padded product (symbolic dims): rows in parallel, each row of tiles in turn, the
+        # tile in registers, the epilogue storing only its part inside the output.
+        sch.parallel(sch.fuse(*lead, rows_out))
+        vector = columns_in if knobs.column_vector > 1 else None
+        write_back = accumulate_in_registers(sch, block, columns_out, [column_vectors, rows_in], vector, reduction,
+                                             lanes)
+        store_tile(sch, write_back, epilogue, columns_out, lanes)
+        return
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
     sch.unroll(rows_in)
@@ -61,3 +77,9 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
         sch.reverse_compute_at(epilogue, outer)
         if vector:
             vectorize_innermost(sch, epilogue, lanes)
+
+
+def _crops(sch: s_tir.Schedule, block, epilogue) -> bool:
+    """Whether the epilogue stores less than the product computes (`compute.matmul.cropped`)."""
+    computed, stored = (sch.get(b).writes[0].source.shape for b in (block, epilogue))
+    return not tvm_ffi.structural_equal(computed, stored)

@@ -9,6 +9,7 @@ from tvm import te
 
 from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits_tensor
+from .matmul import dense_product
 
 DENSE_BF16_RULE = "tvm_fuse.dense_bf16"
 
@@ -26,11 +27,10 @@ def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx:
     kp = te.reduce_axis((0, pairs), name="kp")
     p = te.reduce_axis((0, pair), name="p")
 
-    def value(*idx):
-        *rows, n = idx
+    def value(rows, n):
         return te.sum(from_bits(bits[(*rows, kp * PAIR + p)]) * from_bits(packed[n // block, kp, n % block, p]),
                       axis=[kp, p])
 
     attrs = {SCHEDULE_RULE: DENSE_AMX_RULE} if amx else \
         {SCHEDULE_RULE: DENSE_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
-    return te.compute((*x.shape[:-1], chunks * block), value, name="matmul", attrs=attrs)
+    return dense_product(bits, chunks * block, value, attrs, pad=not amx)

@@ -15,6 +15,7 @@ import numpy as np
 from tvm import te, tirx
 
 from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from .matmul import dense_product
 from .requantize import ROUNDING_SHIFT, U8_MAX
 from .rowwise import row_reduction
 
@@ -74,14 +75,13 @@ def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool
     kq = te.reduce_axis((0, quads), name="kq")
     q = te.reduce_axis((0, quad), name="q")
 
-    def value(*index):
-        *rows, n = index
+    def value(rows, n):
         return te.sum(codes[(*rows, kq * QUAD + q)].astype("int32")
                       * packed[n // block, kq, n % block, q].astype("int32"), axis=[kq, q])
 
     attrs = {SCHEDULE_RULE: DENSE_AMX_RULE} if amx else \
         {SCHEDULE_RULE: DENSE_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
-    return te.compute((*codes.shape[:-1], chunks * block), value, name="matmul", attrs=attrs)
+    return dense_product(codes, chunks * block, value, attrs, pad=not amx)
 
 
 def dequantize_rows(acc: te.Tensor, params: te.Tensor, column_sums: te.Tensor, column_scales: te.Tensor) -> te.Tensor:

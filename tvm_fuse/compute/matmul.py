@@ -1,17 +1,53 @@
 """Matrix products with constant weights: dense `x[..., K] @ W[K, N]` (with W packed in
 blocks of output columns when the vector width divides N) and batched `x[..., M, K] @
 W[..., K, N]`, leading dims broadcast as in numpy. Packed weights of another dtype than `x`
-(s8 weights of an int8 build) are converted as they are loaded, so they stay small in memory."""
+(s8 weights of an int8 build) are converted as they are loaded, so they stay small in memory.
+
+A product's rows (and a batched product's columns) of symbolic count, a sequence length, are
+computed padded to a multiple of `ROW_MULTIPLE` (`COLUMN_MULTIPLE`; the padding reads the last
+real row or column again) and cropped as the result is stored: so the schedule tiles them as
+it tiles a static count, with no bounds checks inside the tile (`padded`, `cropped`)."""
 
 from __future__ import annotations
 
 import numpy as np
-from tvm import te
+import tvm_ffi
+from tvm import te, tirx
 
 from . import SCHEDULE_RULE
 
 MATMUL_RULE = "tvm_fuse.matmul"
 DENSE_PACKED_RULE = "tvm_fuse.dense_packed"
+ROW_MULTIPLE = 8  # symbolic row counts are computed padded to this: the default row tile
+COLUMN_MULTIPLE = 16  # and symbolic column counts to this: a zmm vector of fp32
+
+
+def padded(dim, multiple: int = ROW_MULTIPLE):
+    """`dim`, or a symbolic one rounded up to a multiple of `multiple`."""
+    return dim if isinstance(_static(dim), int) else (dim + multiple - 1) // multiple * multiple
+
+
+def clamped(index, dim):
+    """`index` along `dim` in a product computed `padded`: the padding reads the last element."""
+    return index if isinstance(_static(dim), int) else te.min(index, dim - 1)
+
+
+def cropped(product: te.Tensor, shape) -> te.Tensor:
+    """`product` (computed with padded dims) as `shape`; itself if nothing was padded."""
+    if all(_same(a, b) for a, b in zip(product.shape, shape)):
+        return product
+    return te.compute(shape, lambda *i: product(*i), name="crop")
+
+
+def _same(a, b) -> bool:
+    if _static(a) is not None or _static(b) is not None:
+        return _static(a) == _static(b)
+    return tvm_ffi.structural_equal(a, b)
+
+
+def _static(dim):
+    value = getattr(dim, "value", dim)
+    return value if isinstance(value, int) else None
 
 
 def packing_block(columns: int, lanes: int) -> int:
@@ -34,11 +70,26 @@ def dense_packed(x: te.Tensor, packed: te.Tensor) -> te.Tensor:
     chunks, _, block = packed.shape
     k = te.reduce_axis((0, x.shape[-1]), name="k")
 
-    def value(*idx):
-        *rows, n = idx
+    def value(rows, n):
         return te.sum(x[(*rows, k)] * packed[n // block, k, n % block].astype(x.dtype), axis=k)
 
-    return te.compute((*x.shape[:-1], chunks * block), value, name="matmul", attrs={SCHEDULE_RULE: DENSE_PACKED_RULE})
+    return dense_product(x, chunks * block, value, {SCHEDULE_RULE: DENSE_PACKED_RULE})
+
+
+def dense_product(x: te.Tensor, columns, value, attrs: dict, pad: bool = True) -> te.Tensor:
+    """The product of a dense layer over `x[..., K]`: `value(x's leading indices, column)` for
+    each of its rows and `columns`, the rows `padded` when their count is symbolic (unless not
+    `pad`: a tile program that matches the plain indices, `schedules.amx`)."""
+    if not pad or len(x.shape) < 2:
+        return te.compute((*x.shape[:-1], columns), lambda *i: value(i[:-1], i[-1]), name="matmul", attrs=attrs)
+    *lead, rows = x.shape[:-1]
+
+    def padded_value(*index):
+        *lead_index, row, column = index
+        return value((*lead_index, clamped(row, rows)), column)
+
+    product = te.compute((*lead, padded(rows), columns), padded_value, name="matmul", attrs=attrs)
+    return cropped(product, (*x.shape[:-1], columns))
 
 
 def matmul(x: te.Tensor, weight: te.Tensor) -> te.Tensor:
@@ -49,13 +100,21 @@ def matmul(x: te.Tensor, weight: te.Tensor) -> te.Tensor:
         for a in range(lead)
     ]
     k = te.reduce_axis((0, x.shape[-1]), name="k")
+    rows, columns = x.shape[-2], weight.shape[-1]
+    if padded(columns, COLUMN_MULTIPLE) is not columns:
+        # Copied once with zero columns, so that vectors of columns load whole (a clamped
+        # index per lane would gather).
+        weight = te.compute((*weight.shape[:-1], padded(columns, COLUMN_MULTIPLE)),
+                            lambda *i: te.if_then_else(i[-1] < columns, weight(*i[:-1], clamped(i[-1], columns)),
+                                                       tirx.const(0, weight.dtype)), name="padded_columns")
 
     def value(*idx):
-        batch, m, n = idx[:lead], idx[lead], idx[lead + 1]
+        batch, m, n = idx[:lead], clamped(idx[lead], rows), idx[lead + 1]
         return te.sum(x[(*_broadcast(x, batch), m, k)] * weight[(*_broadcast(weight, batch), k, n)], axis=k)
 
-    shape = (*out_lead, x.shape[-2], weight.shape[-1])
-    return te.compute(shape, value, name="matmul", attrs={SCHEDULE_RULE: MATMUL_RULE})
+    product = te.compute((*out_lead, padded(rows), padded(columns, COLUMN_MULTIPLE)), value, name="matmul",
+                         attrs={SCHEDULE_RULE: MATMUL_RULE})
+    return cropped(product, (*out_lead, rows, columns))
 
 
 def _lead_dim(tensor: te.Tensor, axis: int, lead: int):

@@ -32,21 +32,34 @@ def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: fl
 
 
 def softmax_rows(x: te.Tensor, lanes: int) -> te.Tensor:
-    """`exp(x - max) / sum(exp(x - max))` over the last axis, which `lanes` divides; exp is
-    TVM's vectorizable `fast_exp`, as in `transform.fast_math`."""
-    peak = row_reduction(x, x, te.max, lanes, "max", anchor=True)
+    """`exp(x - max) / sum(exp(x - max))` over the last axis, of any width (a sequence length
+    too); exp is TVM's vectorizable `fast_exp`, as in `transform.fast_math`."""
+    lowest = tirx.min_value(x.dtype)
+    peak = row_reduction(x, x, te.max, lanes, "max", anchor=True, identity=lowest)
     exps = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
-    total = row_reduction(exps, exps, te.sum, lanes, "sum")
+    total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, x.dtype))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, x.dtype) / total(*r), name="inverse_sum")
     return te.compute(x.shape, lambda *i: exps(*i) * inverse(*i[:-1]), name="softmax")
 
 
-def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor: bool = False) -> te.Tensor:
+def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor: bool = False,
+                  identity=None) -> te.Tensor:
     """`reducer` over each row of `element(*index)` (`x`'s shape): `lanes` partial results
-    (the schedule's vector), then across them. A kernel's first reduction carries its rule."""
+    (the schedule's vector), then across them. A kernel's first reduction carries its rule. A
+    width `lanes` does not divide (or a symbolic one) needs the reducer's `identity`, which
+    the partial results take past the row's end."""
     *rows, width = x.shape
-    group = te.reduce_axis((0, int(width) // lanes), name="group")
-    partial = te.compute((*rows, lanes), lambda *i: reducer(element(*i[:-1], group * lanes + i[-1]), axis=group),
+    whole = isinstance(getattr(width, "value", width), int) and int(width) % lanes == 0
+    group = te.reduce_axis((0, width // lanes if whole else (width + lanes - 1) // lanes), name="group")
+
+    def term(*index):
+        *row, lane = index
+        position = group * lanes + lane
+        if whole:
+            return element(*row, position)
+        return te.if_then_else(position < width, element(*row, te.min(position, width - 1)), identity)
+
+    partial = te.compute((*rows, lanes), lambda *i: reducer(term(*i), axis=group),
                          name=f"partial_{name}", attrs={SCHEDULE_RULE: ROWWISE_RULE} if anchor else {})
     lane = te.reduce_axis((0, lanes), name="lane")
     return te.compute(rows, lambda *r: reducer(partial[(*r, lane)], axis=lane), name=f"row_{name}")

