@@ -26,8 +26,10 @@ def _kernels(model) -> list[dict]:
     return model.fusion_report()["kernels"]
 
 
-def test_every_dense_layer_of_an_encoder_runs_in_int8_on_vnni(encoder):
-    """Compiles only: runs on any host."""
+@pytest.mark.parametrize("tokens", [32, 1])
+def test_every_dense_layer_of_an_encoder_runs_in_int8_on_vnni(tokens):
+    """Compiles only: runs on any host. One token too: few rows gain as much."""
+    encoder = transformer_encoder(batch=2, seq_len=tokens, hidden=64)
     model = tvm_fuse.build(encoder, "llvm -mcpu=cascadelake", quantize=DYNAMIC)
     denses = [k for k in _kernels(model) if k["pattern"].startswith("dense")]
     assert denses and all(k["int8"] for k in denses)

@@ -100,7 +100,7 @@ def weight_bound_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Coll
 
 
 def row_quantized_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = (),
-                         min_rows: int = MAX_WEIGHT_BOUND_ROWS + 1) -> list[relax.Var]:
+                         min_rows: int = 1) -> list[relax.Var]:
     """The dense kernels of `main` with constant [K, N] weights, N a multiple of 8, and at least
     `min_rows` rows (or a symbolic count), none of their nodes in `exclude`: those an int8
     kernel computes on their input rows quantized at run time (`compute.dense_int8`)."""

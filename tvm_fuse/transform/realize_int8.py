@@ -9,9 +9,9 @@ of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
 Dense layers with few rows (a CNN's classifier at small batch) keep fp32 data and arithmetic
 but read s8 weights, with a scale per output column: fp32 weights made them bound by reading
-their weights. Without a table (`QuantConfig(activations="dynamic")`), the other dense layers
-run in int8 on their input quantized at run time, a scale per row (`compute.dense_int8`;
-each input quantized once, however many layers read it), and convs stay fp32.
+their weights. Without a table (`QuantConfig(activations="dynamic")`), every dense layer runs
+in int8 on its input quantized at run time, a scale per row (`compute.dense_int8`; each input
+quantized once, however many layers read it), and convs stay fp32.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
@@ -66,8 +66,10 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         excluded = {*(table.exclude if table else ()), *exclude}
         convs = [] if table is None else [c for c in quantizable_convs(mod, model, names, excluded)
                                           if all(n in table.tensors for n in (c.data, c.residual) if n)]
-        denses = weight_bound_denses(mod, model, excluded)
-        rows = [] if table is not None else row_quantized_denses(mod, model, excluded)
+        # Without a table every dense layer quantizes its rows, few or many: at 16 rows (MiniLM at
+        # 16 tokens) 1.9x faster than fp32 math on s8 weights.
+        denses = weight_bound_denses(mod, model, excluded) if table is not None else []
+        rows = [] if table is not None else row_quantized_denses(mod, model, excluded, min_rows=1)
         if not convs and not denses and not rows:
             return mod
         realizer = _Realizer(mod, convs, denses, rows, table, names, vnni, per_channel, lanes, amx)
