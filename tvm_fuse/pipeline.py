@@ -32,6 +32,7 @@ from .transform.lower_rowwise import LowerRowwise
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pad_output_channels import PadOutputChannels
+from .transform.recompose_layer_norm import RecomposeLayerNorm
 from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
@@ -48,7 +49,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
     layout conversion can follow), a 1-D conv with an output row shorter than a vector as
-    a dense layer over its input windows."""
+    a dense layer over its input windows, and a layer norm written out op by op as one."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -61,6 +62,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         LeakyReluToMax(),
         AlignConstantRanks(),
         Conv1dAsDense(vector_lanes(target)),
+        RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         relax.transform.FoldConstant(),
     ]

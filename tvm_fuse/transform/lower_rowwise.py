@@ -61,6 +61,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
             kernel = self.builder_.call_te(layer_norm_rows, *call.args, float(call.attrs.epsilon), self.lanes,
                                            primfunc_name_hint="layer_norm",
                                            primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
+            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, call.span)  # its nodes
         elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)]):
             (scores, scale, mask), steps = self._prologue(call.args[0])
             operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]

@@ -72,7 +72,7 @@ class Rebinder(PyExprMutator):
             return self.visit_expr(expr)
         args = [self._bind_nested(arg, name) for arg in expr.args]
         args = [self.builder_.emit(arg, name) if isinstance(arg, relax.Call) else arg for arg in args]
-        return relax.Call(expr.op, args, expr.attrs, expr.ty_args)
+        return relax.Call(expr.op, args, expr.attrs, expr.ty_args, expr.span)  # a span of nodes, if planned
 
 
 def is_op(expr, *names: str) -> bool:

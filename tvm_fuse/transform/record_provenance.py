@@ -18,7 +18,7 @@ class _SpanWriter(PyExprMutator):
         value = self.visit_expr(binding.value)
         index = provenance.node_index(binding.var)
         if isinstance(value, relax.Call) and index is not None:
-            span = provenance.span([index])
+            span = provenance.span({index, *provenance.span_nodes(value)})  # a rewrite's nodes too
             value = self.builder_.normalize(relax.Call(value.op, value.args, value.attrs, value.ty_args, span))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
 

@@ -1,0 +1,94 @@
+"""A layer norm that an exporter wrote out op by op (ONNX before opset 17 has no
+LayerNormalization: torch writes ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) as
+one `nn.layer_norm` again, which `LowerRowwise` then runs as one kernel:
+
+    mean = mean(x, -1);  d = x - mean;  var = mean(d ** 2 | d * d, -1)
+    y = d / sqrt(var + eps) | d * rsqrt(var + eps);  out = y * gamma + beta
+
+over the last axis, with constant `eps`, `gamma` and `beta` (`gamma`, `beta` of the axis's
+width). The new call records every node it stands for (`provenance`). Any other form is left
+as it is. MiniLM exported at opset 14 (Zen 5, same run): 6.84 -> 6.51 ms, ONNX Runtime 8.79."""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from .. import provenance
+from .rebind import is_op, rebind_pass
+
+
+def RecomposeLayerNorm() -> tvm.transform.Pass:
+    return rebind_pass("tvm_fuse.RecomposeLayerNorm", _plan)
+
+
+def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
+    values = relax.analysis.get_var2val(func)
+    plan = {}
+    for var in values:
+        found = _layer_norm(values, var)
+        if found is not None:
+            x, gamma, beta, epsilon, steps = found
+            nodes = [i for i in map(provenance.node_index, [var, *steps]) if i is not None]
+            call = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1], epsilon=epsilon)
+            plan[var] = relax.Call(call.op, call.args, call.attrs, call.ty_args, provenance.span(nodes))
+    return plan
+
+
+def _layer_norm(values: dict, out: relax.Var):
+    """(x, gamma, beta, epsilon, the steps' variables) if `out` ends a written-out layer norm."""
+    steps = []
+
+    def value(var, *ops):
+        found = values.get(var) if isinstance(var, relax.Var) else None
+        if not is_op(found, *ops):
+            raise LookupError
+        steps.append(var)
+        return found
+
+    try:
+        shifted = value(out, "relax.add")
+        scaled = value(shifted.args[0], "relax.multiply")
+        normed = value(scaled.args[0], "relax.divide", "relax.multiply")
+        centered, inverse = normed.args
+        root = value(inverse, "relax.sqrt" if is_op(normed, "relax.divide") else "relax.rsqrt")
+        padded = value(root.args[0], "relax.add")
+        variance = value(padded.args[0], "relax.mean")
+        square = value(variance.args[0], "relax.power", "relax.multiply")
+        difference = value(centered, "relax.subtract")
+        mean = value(difference.args[1], "relax.mean")
+    except LookupError:
+        return None
+    x = difference.args[0]
+    squares_centered = square.args[0].same_as(centered) and (
+        square.args[1].same_as(centered) if is_op(square, "relax.multiply") else _scalar(square.args[1]) == 2.0)
+    gamma, beta, epsilon = _constant(scaled.args[1]), _constant(shifted.args[1]), _scalar(padded.args[1])
+    width = x.ty.shape[-1] if isinstance(x.ty, relax.TensorType) and x.ty.shape is not None else None
+    if not (squares_centered and mean.args[0].same_as(x) and _last_axis(variance) and _last_axis(mean)
+            and epsilon is not None and str(x.ty.dtype) == "float32" and isinstance(width, tvm.tirx.IntImm)
+            and gamma is not None and beta is not None and gamma.size == beta.size == int(width)):
+        return None
+    return x, relax.const(gamma.reshape(-1)), relax.const(beta.reshape(-1)), epsilon, steps[1:]
+
+
+def _last_axis(mean: relax.Call) -> bool:
+    """A mean over the last axis that keeps it."""
+    axes = [int(a) for a in mean.attrs.axis] if mean.attrs.axis is not None else None
+    rank = mean.args[0].ty.ndim
+    return bool(mean.attrs.keepdims) and axes is not None and [a % rank for a in axes] == [rank - 1]
+
+
+def _constant(expr) -> np.ndarray | None:
+    """The float32 values of a constant whose dims other than the last are 1, else None."""
+    if not isinstance(expr, GenericConst) or str(expr.ty.dtype) != "float32":
+        return None
+    array = expr.value.numpy()
+    return array if array.ndim >= 1 and all(d == 1 for d in array.shape[:-1]) else None
+
+
+def _scalar(expr) -> float | None:
+    if not isinstance(expr, GenericConst) or expr.value.numpy().size != 1:
+        return None
+    return float(expr.value.numpy().reshape(()))
