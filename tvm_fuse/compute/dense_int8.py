@@ -85,12 +85,13 @@ def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool
 
 
 def dequantize_rows(acc: te.Tensor, params: te.Tensor, column_sums: te.Tensor, column_scales: te.Tensor) -> te.Tensor:
-    """Real values of the s32 `acc`: each row's (scale, low) from `params`, each column's weight
-    sum (in codes, as float) and scale."""
+    """Real values of the s32 `acc`: each row's (scale, low) from `params` ([..., 2]; [2]: one
+    for all rows, a calibrated scale), each column's weight sum (in codes, as float) and scale."""
 
     def value(*index):
         *row, n = index
-        in_codes = acc(*index).astype("float32") * params(*row, 0) + params(*row, 1) * column_sums[n]
+        scale, low = (params(*row, j) if len(params.shape) > 1 else params(j) for j in (0, 1))
+        in_codes = acc(*index).astype("float32") * scale + low * column_sums[n]
         return in_codes * column_scales[n]
 
     return te.compute(acc.shape, value, name="dequantize_rows")

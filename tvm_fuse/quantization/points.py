@@ -117,6 +117,13 @@ def row_quantized_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Col
     return found
 
 
+def dense_input(mod: tvm.IRModule, value: relax.Call) -> relax.Expr:
+    """The data a dense kernel's call (a composite of the fusion table) multiplies."""
+    func = composite_of(mod, value)
+    anchor = func.body.blocks[0].bindings[0].value
+    return dict(zip(func.params, value.args))[anchor.args[0]]
+
+
 def _composites(mod: tvm.IRModule, model: onnx.ModelProto, family: str, exclude: Collection[str]):
     """(binding, composite function) of each kernel of `main` whose anchor is of `family`
     (conv, fc) and none of whose ONNX nodes `exclude` names, by name or op type."""

@@ -1,6 +1,7 @@
 """For calibration: `main` also returns the tensors the int8 kernels would read and write
-(`quantization.points`), and the concats of their outputs (which they may write on the concat's
-scale), after its own outputs, so one run of the fp32 model yields their values."""
+(`quantization.points`: convs' data and outputs, dense layers' inputs), and the concats of
+their outputs (which they may write on the concat's scale), after its own outputs, so one run
+of the fp32 model yields their values."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import onnx
 import tvm
 from tvm import relax
 
-from ..quantization.points import quantizable_convs, tensor_names
+from ..quantization.points import MAX_WEIGHT_BOUND_ROWS, dense_input, quantizable_convs, row_quantized_denses, tensor_names
 
 _CONCAT = tvm.ir.Op.get("relax.concat")
 
@@ -23,6 +24,9 @@ def ExposeTensors(model: onnx.ModelProto, exclude: Collection[str], exposed: lis
         names = tensor_names(mod, model)
         convs = quantizable_convs(mod, model, names, exclude)
         wanted = {n for c in convs for n in (c.data, c.residual, c.output) if n}
+        values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+        wanted |= {names.get(dense_input(mod, values[v]))
+                   for v in row_quantized_denses(mod, model, exclude, min_rows=MAX_WEIGHT_BOUND_ROWS + 1)} - {None}
         outputs = {c.var for c in convs}
         wanted |= {names[b.var] for block in mod["main"].body.blocks for b in block.bindings
                    if b.var in names and isinstance(b.value, relax.Call) and b.value.op.same_as(_CONCAT)

@@ -9,9 +9,11 @@ of int8 kernels passes u8 tensors along, and nothing dequantizes between them.
 
 Dense layers with few rows (a CNN's classifier at small batch) keep fp32 data and arithmetic
 but read s8 weights, with a scale per output column: fp32 weights made them bound by reading
-their weights. Without a table (`QuantConfig(activations="dynamic")`), every dense layer runs
-in int8 on its input quantized at run time, a scale per row (`compute.dense_int8`; each input
-quantized once, however many layers read it), and convs stay fp32.
+their weights. Dense layers with more rows whose input has a calibrated scale run in int8
+(`compute.dense_int8`), their input quantized once on that scale. Without a table
+(`QuantConfig(activations="dynamic")`), every dense layer runs in int8 on its input quantized
+at run time, a scale per row (each input quantized once, however many layers read it), and
+convs stay fp32.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
@@ -35,8 +37,10 @@ from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import dense_int8, dequantize_rows, fits_amx, pack_dense_quads, quantize_rows
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
+    MAX_WEIGHT_BOUND_ROWS,
     QuantizableConv,
     composite_of,
+    dense_input,
     quantizable_convs,
     row_quantized_denses,
     tensor_names,
@@ -69,7 +73,10 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         # Without a table every dense layer quantizes its rows, few or many: at 16 rows (MiniLM at
         # 16 tokens) 1.9x faster than fp32 math on s8 weights.
         denses = weight_bound_denses(mod, model, excluded) if table is not None else []
-        rows = [] if table is not None else row_quantized_denses(mod, model, excluded, min_rows=1)
+        rows = row_quantized_denses(mod, model, excluded, min_rows=1 if table is None else MAX_WEIGHT_BOUND_ROWS + 1)
+        if table is not None:  # calibrated: the denses whose input has a scale
+            values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+            rows = [v for v in rows if names.get(dense_input(mod, values[v])) in table.tensors]
         if not convs and not denses and not rows:
             return mod
         realizer = _Realizer(mod, convs, denses, rows, table, names, vnni, per_channel, lanes, amx)
@@ -93,6 +100,7 @@ class _Realizer(PyExprMutator):
         self.values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
         self.codes = _u8_plan(mod, self.values, self.convs, table, names) if convs else {}
         self.table = table
+        self.names = names
         self.vnni = vnni
         self.per_channel = per_channel
         self.lanes = lanes
@@ -154,7 +162,8 @@ class _Realizer(PyExprMutator):
         self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, relax.const(scale)], "s8_weights_"))
 
     def _row_quantized_dense(self, binding: relax.VarBinding) -> None:
-        """An int8 dense kernel on its input's rows quantized at run time (`compute.dense_int8`)."""
+        """An int8 dense kernel (`compute.dense_int8`) on its input's rows quantized at run time,
+        or on the calibrated scale of its input."""
         call = binding.value
         func = self.mod[call.op]
         params = list(func.params)
@@ -166,7 +175,13 @@ class _Realizer(PyExprMutator):
         block = packing_block(codes.shape[1], self.lanes)
         tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, block)
         args[weight] = relax.const(pack_dense_quads(codes, block))
-        args[data], row_params = self._rows_as_codes(call.args[data], args[data])
+        if self.table is None:
+            args[data], row_params = self._rows_as_codes(call.args[data], args[data])
+        else:  # the calibrated scale, as (scale, low) for every row
+            input_scale = self.table.tensors[self.names[call.args[data]]]
+            args[data] = self._u8(call.args[data], args[data], input_scale)
+            row_params = relax.const(np.array([input_scale.scale, -input_scale.zero_point * input_scale.scale],
+                                              np.float32))
         column_sums = codes.astype(np.float32).sum(axis=0)
 
         def compute(*tensors):

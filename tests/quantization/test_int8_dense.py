@@ -1,5 +1,6 @@
-"""`QuantConfig(activations="dynamic")`: dense layers in int8 on their input rows quantized at
-run time, no calibration; what runs in int8, how close it stays to fp32, the instructions."""
+"""int8 dense layers: `QuantConfig(activations="dynamic")` (input rows quantized at run time, no
+calibration) and calibrated scales; what runs in int8, how close it stays to fp32, the
+instructions."""
 
 from __future__ import annotations
 
@@ -88,3 +89,17 @@ def test_an_encoder_on_amx_tiles_stays_close_to_fp32(encoder):
     assert model.uses_amx
     (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
     assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_a_calibrated_encoder_runs_its_dense_layers_in_int8_close_to_fp32(encoder):
+    rng = np.random.default_rng(3)
+    samples = [{"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)} for _ in range(4)]
+    model = tvm_fuse.build(encoder, AVX512_TARGET, quantize=QuantConfig(calibration=samples, method="minmax"))
+    denses = [k for k in _kernels(model) if k["pattern"].startswith("dense")]
+    assert denses and all(k["int8"] for k in denses)
+    feed = {"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)}
+    (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
+    # One scale per tensor, calibrated on four random batches: 3.1% measured (dynamic: 1.4%).
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+
