@@ -19,7 +19,8 @@ and ONNX Runtime's int8 models with their fp32 ones.
 
 The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
 that sequence length, exported with the test extra's torch) also time tvm_fuse's and ONNX
-Runtime's dynamic int8 quantization in the same run, in a table of their own.
+Runtime's dynamic int8 quantization and tvm_fuse's build for every sequence length (MiniLM
+exported with a symbolic sequence) in the same run, in a table of their own.
 
 With --bf16, tvm_fuse's bf16 build (`precision="bf16"`) and OpenVINO's bf16 (its inference
 precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse fp32, with each
@@ -135,6 +136,13 @@ def minilm_and_feed(seq: int, batch: int) -> tuple[onnx.ModelProto, dict]:
     return minilm.export_minilm(seq_len=seq), feed
 
 
+def any_length_minilm() -> onnx.ModelProto:
+    """MiniLM exported with symbolic batch and sequence: one build for every length."""
+    from tvm_fuse.models import minilm
+
+    return minilm.export_minilm(seq_len=None)
+
+
 def ort_dynamic_int8(onnx_model: onnx.ModelProto, threads: int):
     return onnxruntime_session(ort_dynamic_int8_model(onnx_model), threads)
 
@@ -176,6 +184,7 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
         runtimes["ours_dynamic_int8"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
                                                        quantize=QuantConfig(activations="dynamic"),
                                                        tuning_logs=[] if args.untuned else None)
+        runtimes["ours_any_length"] = tvm_fuse.build(any_length_minilm(), tuning_logs=[] if args.untuned else None)
         runtimes["theirs_dynamic_int8"] = ort_dynamic_int8(onnx_model, args.threads)
     if args.bf16:
         runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
@@ -209,6 +218,7 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
                          for key, value in (("ms", times[f"{runtime}_dynamic_int8"].median_ms),
                                             ("max_rel_diff", differences(outputs[f"{runtime}_dynamic_int8"],
                                                                          outputs["theirs"])[1]))})
+        openvino["tvm_fuse_any_length_ms"] = times["ours_any_length"].median_ms
     for name in ("ours_bf16", "openvino_bf16"):  # each against tvm_fuse fp32, its error against ONNX Runtime's
         if name in runtimes:
             openvino.update({f"{name}_ms": times[name].median_ms,
@@ -328,7 +338,7 @@ def print_bf16_table(rows: list[dict]) -> None:
 
 def print_transformer_table(rows: list[dict]) -> None:
     head = ("model", "batch", "ours ms", "ORT ms", "OV ms", "ours8 ms", "ORT8 ms", "ORT/ours", "OV/ours",
-            "ORT8/ours8", "ours8 err", "ORT8 err")
+            "ORT8/ours8", "any/ours", "ours8 err", "ORT8 err")
     print(("{:20}{:>6}" + "{:>11}" * (len(head) - 2)).format(*head))
     for r in rows:
         openvino = (f"{r['openvino_ms']:11.2f}", f"{r['ratio_openvino']:10.2f}x") if "openvino_ms" in r \
@@ -336,10 +346,12 @@ def print_transformer_table(rows: list[dict]) -> None:
         ours8, theirs8 = r["tvm_fuse_dynamic_int8_ms"], r["onnxruntime_dynamic_int8_ms"]
         print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:11.2f}{r['onnxruntime_ms']:11.2f}{openvino[0]}"
               f"{ours8:11.2f}{theirs8:11.2f}{r['ratio']:10.2f}x{openvino[1]}{theirs8 / ours8:10.2f}x"
+              f"{r['tvm_fuse_any_length_ms'] / r['tvm_fuse_ms']:10.2f}x"
               f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}")
     print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per row; "
-          "ONNX Runtime's quantize_dynamic, one per tensor); err: largest output difference from ONNX Runtime "
-          "fp32, relative to its largest magnitude")
+          "ONNX Runtime's quantize_dynamic, one per tensor); any/ours: our one build for every sequence length "
+          "(symbolic batch and sequence) against the build for this one; err: largest output difference from "
+          "ONNX Runtime fp32, relative to its largest magnitude")
 
 
 def print_int8_table(rows: list[dict]) -> None:

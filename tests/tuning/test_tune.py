@@ -88,7 +88,10 @@ def _job_killed_after_two_records(tmp_path, how: signal.Signals):
     100,000 runs (about a second), so the job is still running when the signal comes."""
     model_path = tmp_path / "tiny.onnx"
     onnx.save(_conv_model(), model_path)
-    script = ("import sys; from tvm_fuse.tuning.tune import tune; "
+    # SIGINT as a terminal's Ctrl-C finds it: a process started in the background (CI under
+    # nohup, `cmd &`) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt.
+    script = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "from tvm_fuse.tuning.tune import tune; "
               f"tune({str(model_path)!r}, trials=8, log_dir={str(tmp_path)!r}, repeat=100_000, progress=None)")
     job = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     log, started, commands = tmp_path / "pending", {}, set()
