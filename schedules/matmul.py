@@ -48,7 +48,8 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
     epilogue = inline_epilogue(sch, block)
     for padding in sch.get_producers(block):  # a symbolic column count's copy in whole vectors
         *outer_loops, _ = sch.get_loops(padding)
-        sch.parallel(sch.fuse(*outer_loops))
+        if outer_loops:
+            sch.parallel(sch.fuse(*outer_loops))
         vectorize_innermost(sch, padding, lanes)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
