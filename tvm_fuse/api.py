@@ -54,7 +54,9 @@ def build(
             `os.pathsep`), else the logs shipped with tvm_fuse. Kernels without a record keep
             their heuristic defaults; the fusion report counts both.
         quantize: run in int8 (`QuantConfig`): calibrate on its samples first (as
-            `tvm_fuse.quantize`, on this machine), or use the table it names. A pre-quantized
+            `tvm_fuse.quantize`, on this machine), or use the table it names; with
+            `activations="dynamic"`, no calibration: every dense layer quantizes its input
+            rows at run time (transformers), convs stay fp32. A pre-quantized
             (QDQ) model runs in int8 on the scales of its own QuantizeLinear nodes unless
             `quantize` says otherwise. Needs AVX2 or AVX-512 (with VNNI for full speed);
             on other targets the model builds in fp32, with a warning. The fusion report marks each kernel's `int8`.
