@@ -195,8 +195,9 @@ def cmd_explain(args) -> int:
 
 def _int8_arguments(sub: argparse.ArgumentParser, switch: bool = True) -> None:
     if switch:
-        sub.add_argument("--int8", action="store_true", help="run the conv kernels in int8 (needs --calib; a pre-quantized QDQ model "
-                                                                 "runs in int8 without it)")
+        sub.add_argument("--int8", action="store_true", help="run the conv kernels (and dense layers) in int8 (needs --calib, "
+                                                                 "or --int8-activations dynamic; a pre-quantized QDQ model "
+                                                                 "runs in int8 without either)")
         sub.add_argument("--int8-activations", choices=ACTIVATIONS, default="static",
                          help="static: scales calibrated on --calib (default); dynamic: no --calib, the dense layers "
                               "(Gemm, MatMul with constant weights) quantize their input rows at run time and convs stay fp32")
