@@ -7,21 +7,16 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits_tensor
 from .matmul import dense_product
 
 DENSE_BF16_RULE = "tvm_fuse.dense_bf16"
 
 
-def fits_amx(k: int, n: int, block: int) -> bool:
-    """Whether a dense of reduction `k` and `n` columns, packed in `block`s, fits AMX tiles."""
-    return block == AMX_COLUMNS and k % (AMX_ROW_BYTES // 2) == 0 and n % AMX_COLUMNS == 0
-
-
 def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx: bool = False) -> te.Tensor:
     """`native`: tensorized with `vdpbf16ps`, else with its portable form. `amx`: computed on
-    AMX tiles (`tdpbf16ps`) instead, where the shape `fits_amx`."""
+    AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx`."""
     chunks, pairs, block, pair = packed.shape
     bits = to_bits_tensor(x)
     kp = te.reduce_axis((0, pairs), name="kp")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import te, tirx
 
-from . import AMX_COLUMNS, AMX_ROW_BYTES, DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .matmul import dense_product
 from .requantize import ROUNDING_SHIFT, U8_MAX
 from .rowwise import row_reduction
@@ -62,15 +62,10 @@ def quantize_rows(x: te.Tensor, lanes: int) -> tuple[te.Tensor, te.Tensor]:
     return codes, params
 
 
-def fits_amx(k: int, block: int) -> bool:
-    """Whether a dense of (padded) reduction `k`, its weight packed in `block`s, fits AMX tiles."""
-    return block == AMX_COLUMNS and k % AMX_ROW_BYTES == 0
-
-
 def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`codes[..., K] @ W` in s32, W packed by `pack_dense_quads`. `vnni`: the dot product the
     schedule tensorizes with (`vpdpbusd`, else `vpmaddubsw` + `vpmaddwd` on 7-bit weights).
-    `amx`: computed on AMX tiles (`tdpbusd`) instead, where the shape `fits_amx`."""
+    `amx`: computed on AMX tiles (`tdpbusd`) instead, where the shape `compute.fits_amx`."""
     chunks, quads, block, quad = packed.shape
     kq = te.reduce_axis((0, quads), name="kq")
     q = te.reduce_axis((0, quad), name="q")

@@ -88,15 +88,8 @@ def weight_bound_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Coll
     weights and at most `max_rows` static rows, none of their nodes in `exclude`: kernels
     whose time goes to reading their weights, which s8 weights cut fourfold. (With more rows
     each weight serves more FMAs, and converting it would cost more than loading it.)"""
-    found = []
-    for binding, func in _composites(mod, model, "fc", exclude):
-        dense = func.body.blocks[0].bindings[0].value
-        weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
-        rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
-        if (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
-                and all(isinstance(r, int) for r in rows) and math.prod(rows) <= max_rows):
-            found.append(binding.var)
-    return found
+    return [binding.var for binding, _, _, rows in _constant_weight_denses(mod, model, exclude)
+            if rows is not None and rows <= max_rows]
 
 
 def row_quantized_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str] = (),
@@ -104,17 +97,21 @@ def row_quantized_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Col
     """The dense kernels of `main` with constant [K, N] weights, N a multiple of 8, and at least
     `min_rows` rows (or a symbolic count), none of their nodes in `exclude`: those an int8
     kernel computes on their input rows quantized at run time (`compute.dense_int8`)."""
-    found = []
+    return [binding.var for binding, dense, weight, rows in _constant_weight_denses(mod, model, exclude)
+            if int(weight.ty.shape[1]) % min(INT8_OUT_BLOCKS) == 0 and dense.args[0].ty.dtype == "float32"
+            and (rows is None or rows >= min_rows)]
+
+
+def _constant_weight_denses(mod: tvm.IRModule, model: onnx.ModelProto, exclude: Collection[str]):
+    """(binding, anchor matmul, weight, rows: None if symbolic) of each dense kernel of `main`
+    with a constant [K, N] weight, none of whose nodes `exclude` names."""
     for binding, func in _composites(mod, model, "fc", exclude):
         dense = func.body.blocks[0].bindings[0].value
         weight = dict(zip(func.params, binding.value.args)).get(dense.args[1])
-        if not (dense.op.name == "relax.matmul" and isinstance(weight, GenericConst) and weight.ty.ndim == 2
-                and int(weight.ty.shape[1]) % min(INT8_OUT_BLOCKS) == 0 and dense.args[0].ty.dtype == "float32"):
+        if dense.op.name != "relax.matmul" or not isinstance(weight, GenericConst) or weight.ty.ndim != 2:
             continue
-        rows = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
-        if not all(isinstance(r, int) for r in rows) or math.prod(rows) >= min_rows:
-            found.append(binding.var)
-    return found
+        dims = [getattr(d, "value", None) for d in list(dense.args[0].ty.shape)[:-1]]
+        yield binding, dense, weight, math.prod(dims) if all(isinstance(d, int) for d in dims) else None
 
 
 def dense_input(mod: tvm.IRModule, value: relax.Call) -> relax.Expr:

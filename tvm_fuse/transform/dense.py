@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from .. import provenance
-from .rebind import dtype, is_op, rebind_pass, same_type
+from .rebind import dtype, is_op, rebind_pass, same_type, scalar_value
 
 
 def CanonicalizeDense() -> tvm.transform.Pass:
@@ -54,7 +54,7 @@ def _folded_alpha(var: relax.Var, call, values: dict) -> relax.Call | None:
     if not is_op(scaled, "relax.multiply") or node is None or provenance.node_index(data) != node:
         return None
     for x, alpha in (scaled.args, reversed(scaled.args)):
-        if _is_scalar_constant(alpha) and same_type(x, data):
+        if scalar_value(alpha) is not None and same_type(x, data):
             new_weight = (weight.value.numpy() * alpha.value.numpy().reshape(())).astype(dtype(weight))
             return relax.Call(call.op, [x, relax.const(new_weight)], call.attrs)
     return None
@@ -89,7 +89,3 @@ def _is_dense(call) -> bool:
         and call.args[1].ty.ndim == 2
         and call.args[0].ty.ndim >= 1
     )
-
-
-def _is_scalar_constant(expr) -> bool:
-    return isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().size == 1

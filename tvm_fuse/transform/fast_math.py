@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax, te, topi
-from tvm.ir.expr import GenericConst
 from tvm.relax import PyExprMutator, expr_functor
 
-from .rebind import same_type
+from .rebind import same_type, scalar_value
 
 _ROOT_POWERS = 16  # exponents k/4 with |k| up to this: x^4 at most
 
 
 def quarter_exponent(exponent: relax.Expr) -> int | None:
     """k if `exponent` is a constant k/4 with |k| <= _ROOT_POWERS (and k != 0), else None."""
-    if not isinstance(exponent, GenericConst) or exponent.value.numpy().size != 1:
+    value = scalar_value(exponent)
+    if value is None:
         return None
-    quarters = float(exponent.value.numpy().reshape(())) * 4
+    quarters = value * 4
     k = int(round(quarters))
     return k if quarters == k and 0 < abs(k) <= _ROOT_POWERS else None
 

@@ -33,7 +33,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute.dense_bf16 import dense_packed_bf16, fits_amx
+from ..compute import fits_amx
+from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.matmul import pack_dense_weight
 from ..errors import InputError
 from ..patterns.table import PATTERN_ATTR
@@ -88,7 +89,7 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         if weight.ty.ndim != 2 or k % PAIR or n % lanes:
             return None
         packed = pack_dense_pairs(pack_dense_weight(weight.value.numpy(), lanes))
-        tiles = amx and fits_amx(k, n, lanes)
+        tiles = amx and fits_amx(k, 2, lanes)  # bf16: 2 bytes
         return position, packed, \
             lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native, amx=tiles)
     if anchor.op.name != "relax.nn.conv2d" or weight.ty.ndim != 6:

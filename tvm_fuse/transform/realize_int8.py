@@ -32,9 +32,9 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute import requantize
+from ..compute import fits_amx, requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
-from ..compute.dense_int8 import dense_int8, dequantize_rows, fits_amx, pack_dense_quads, quantize_rows
+from ..compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
@@ -173,7 +173,7 @@ class _Realizer(PyExprMutator):
         codes, scale = quantize_dense_weight(args[weight].value.numpy(), self.per_channel,
                                              S8_MAX if self.vnni or self.amx else S7_MAX)
         block = packing_block(codes.shape[1], self.lanes)
-        tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, block)
+        tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, 1, block)
         args[weight] = relax.const(pack_dense_quads(codes, block))
         if self.table is None:
             args[data], row_params = self._rows_as_codes(call.args[data], args[data])
@@ -199,8 +199,7 @@ class _Realizer(PyExprMutator):
         """(u8 codes, per-row (scale, low)) of `value`, by one kernel per tensor however many
         dense layers read it."""
         if original not in self.row_codes:
-            width = int(value.ty.shape[-1])
-            lanes = next(b for b in (self.lanes >> s for s in range(self.lanes.bit_length())) if width % b == 0)
+            lanes = packing_block(int(value.ty.shape[-1]), self.lanes)  # the widest vector dividing a row
             kernel = self.builder_.call_te(quantize_rows, value, lanes, primfunc_name_hint="quantize_rows",
                                            primfunc_attrs={KERNEL_ATTR: "quantize_rows", "op_pattern": OPAQUE})
             both = self.builder_.emit(kernel)

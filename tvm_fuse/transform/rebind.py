@@ -80,6 +80,13 @@ def is_op(expr, *names: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
 
 
+def scalar_value(expr) -> float | None:
+    """The value of a constant of one element (of any rank), else None."""
+    if not isinstance(expr, tvm.ir.GenericConst) or expr.value.numpy().size != 1:
+        return None
+    return float(expr.value.numpy().reshape(()))
+
+
 def dtype(expr: relax.Expr) -> str:
     return str(expr.ty.dtype)
 

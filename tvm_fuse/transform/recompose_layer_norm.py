@@ -17,7 +17,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
-from .rebind import is_op, rebind_pass
+from .rebind import is_op, rebind_pass, scalar_value
 
 
 def RecomposeLayerNorm() -> tvm.transform.Pass:
@@ -63,8 +63,8 @@ def _layer_norm(values: dict, out: relax.Var):
         return None
     x = difference.args[0]
     squares_centered = square.args[0].same_as(centered) and (
-        square.args[1].same_as(centered) if is_op(square, "relax.multiply") else _scalar(square.args[1]) == 2.0)
-    gamma, beta, epsilon = _constant(scaled.args[1]), _constant(shifted.args[1]), _scalar(padded.args[1])
+        square.args[1].same_as(centered) if is_op(square, "relax.multiply") else scalar_value(square.args[1]) == 2.0)
+    gamma, beta, epsilon = _constant(scaled.args[1]), _constant(shifted.args[1]), scalar_value(padded.args[1])
     width = x.ty.shape[-1] if isinstance(x.ty, relax.TensorType) and x.ty.shape is not None else None
     if not (squares_centered and mean.args[0].same_as(x) and _last_axis(variance) and _last_axis(mean)
             and epsilon is not None and str(x.ty.dtype) == "float32" and isinstance(width, tvm.tirx.IntImm)
@@ -86,9 +86,3 @@ def _constant(expr) -> np.ndarray | None:
         return None
     array = expr.value.numpy()
     return array if array.ndim >= 1 and all(d == 1 for d in array.shape[:-1]) else None
-
-
-def _scalar(expr) -> float | None:
-    if not isinstance(expr, GenericConst) or expr.value.numpy().size != 1:
-        return None
-    return float(expr.value.numpy().reshape(()))
