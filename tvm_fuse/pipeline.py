@@ -26,6 +26,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
+from .transform.fuse_attention import FuseAttention
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.lower_rowwise import LowerRowwise
@@ -85,6 +86,7 @@ def fuse(target: tvm.target.Target, disabled: Collection[str],
         FusePatterns(disabled),
         *realize,
         LowerComposites(vector_lanes(target)),
+        FuseAttention(vector_lanes(target)),  # softmax(Q K^T * c + mask) V, one kernel per layer
         LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
         LowerRowwise(vector_lanes(target)),  # layer norms and softmaxes, vectorized
     ]

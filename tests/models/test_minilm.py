@@ -45,6 +45,8 @@ def test_tvm_importer_alone_rejects_the_export(exported):
                          ids=["dynamic_batch", "static_batch"])
 def test_minilm_matches_onnxruntime_and_sentence_transformers(encoder, exported, input_shapes):
     compiled = tvm_fuse.build(exported, AVX512_TARGET, input_shapes=input_shapes)
+    patterns = [kernel["pattern"] for kernel in compiled.fusion_report()["kernels"]]
+    assert patterns.count("attention") == 6  # every layer's attention in one kernel
     feed = minilm.tokenize(encoder, SENTENCES)
     (hidden,) = compiled.run(None, feed)
     (reference,) = ort_outputs(exported, feed)

@@ -7,6 +7,7 @@ softmax (Zen 5)."""
 from __future__ import annotations
 
 from tvm import te, tirx, topi
+from tvm.sym import Analyzer
 
 from . import SCHEDULE_RULE
 
@@ -49,7 +50,7 @@ def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor:
     width `lanes` does not divide (or a symbolic one) needs the reducer's `identity`, which
     the partial results take past the row's end."""
     *rows, width = x.shape
-    whole = isinstance(getattr(width, "value", width), int) and int(width) % lanes == 0
+    whole = Analyzer().can_prove(tirx.floormod(width, lanes) == 0)  # a padded symbolic width too
     group = te.reduce_axis((0, width // lanes if whole else (width + lanes - 1) // lanes), name="group")
 
     def term(*index):

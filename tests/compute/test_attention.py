@@ -1,0 +1,97 @@
+"""The fused attention kernel equals numpy's `softmax(Q K^T * scale + mask) V` per head, with
+Q, K, V and the result in `[batch, tokens, heads * depth]`: static token counts whole and
+ragged (keys padded to vectors, query rows to row blocks), symbolic ones at several
+lengths, masks broadcast as ONNX broadcasts them, and every knob setting a tuner may pick.
+Compiled for this host's vector width, so it runs on AVX2 hosts too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from tvm_fuse.compute.attention import attention
+from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
+from tvm_fuse.target import parse_target
+from tvm_fuse.transform.apply_schedules import vector_lanes
+
+TARGET = parse_target("native")
+LANES = vector_lanes(TARGET)
+MASKED = np.float32(-3.4e38)  # what BERT-style exporters add for a padded token
+
+
+def _kernel(batch, queries, keys, heads, depth, mask_shape, scale, knobs=None):
+    """The compiled kernel and its placeholders' shapes (symbolic dims given as names)."""
+    dims = {}
+
+    def dim(d):
+        return dims.setdefault(d, te.var(d)) if isinstance(d, str) else d
+
+    width = heads * depth
+    q = te.placeholder((dim(batch), dim(queries), width), "float32", name="q")
+    k = te.placeholder((dim(batch), dim(keys), width), "float32", name="k")
+    v = te.placeholder((dim(batch), dim(keys), width), "float32", name="v")
+    mask = te.placeholder(tuple(dim(d) for d in mask_shape), "float32", name="mask") if mask_shape else None
+    out = attention(q, k, v, mask, heads, scale, LANES)
+    func = te.create_prim_func([q, k, v, *([mask] if mask is not None else []), out])
+    scheduled = apply(func, LANES, knobs)
+    assert scheduled.attrs[KNOBS_ATTR] == ("tuned" if knobs else "default")  # scheduled, not left as it was
+    return tvm.compile(tvm.IRModule({"main": scheduled}), target=TARGET, tir_pipeline=TIR_PIPELINE), func
+
+
+def _reference(q, k, v, mask, heads, scale):
+    batch, queries, width = q.shape
+    depth = width // heads
+
+    def split(x):
+        return x.reshape(batch, -1, heads, depth).transpose(0, 2, 1, 3)
+
+    scores = split(q) @ split(k).transpose(0, 1, 3, 2) * np.float32(scale)
+    if mask is not None:
+        scores = scores + mask
+    exps = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probabilities = exps / exps.sum(axis=-1, keepdims=True)
+    return (probabilities @ split(v)).transpose(0, 2, 1, 3).reshape(batch, queries, width)
+
+
+def _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((batch, n, heads * depth)).astype(np.float32) for n in (queries, keys, keys))
+    mask = None
+    if mask_shape:
+        shape = [{"b": batch, "n": queries, "m": keys}.get(d, d) if isinstance(d, str) else d for d in mask_shape]
+        shape[-1] = keys  # the last axis runs over the keys
+        mask = np.where(rng.random(shape) < 0.3, MASKED, np.float32(0)).astype(np.float32)
+        mask[..., 0] = 0  # every row keeps a key
+    out = tvm.runtime.tensor(np.zeros((batch, queries, heads * depth), np.float32))
+    kernel["main"](*(tvm.runtime.tensor(a) for a in (q, k, v, *([mask] if mask is not None else []))), out)
+    np.testing.assert_allclose(out.numpy(), _reference(q, k, v, mask, heads, scale), rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("batch, queries, keys, heads, depth, mask_shape", [
+    (1, 128, 128, 12, 32, (1, 1, 128, 128)),  # MiniLM: a mask per batch, row and key
+    (2, 7, 7, 2, 64, (2, 1, 1, 7)),  # ragged tokens, a mask per key broadcast over heads and rows
+    (2, 12, 40, 4, 16, None),  # queries and keys of other counts, no mask
+    (1, 1, 3, 1, 32, (3,)),  # one query; a mask of rank 1
+])
+def test_static_token_counts(batch, queries, keys, heads, depth, mask_shape):
+    kernel, _ = _kernel(batch, queries, keys, heads, depth, mask_shape, scale=0.125)
+    _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale=0.125)
+
+
+def test_one_kernel_serves_every_sequence_length():
+    kernel, _ = _kernel("b", "n", "n", 3, 32, ("b", 1, 1, "n"), scale=0.17677669)
+    for batch, length in ((1, 1), (2, 7), (1, 16), (2, 131)):
+        _check(kernel, batch, length, length, 3, 32, ("b", 1, 1, "n"), scale=0.17677669, seed=length)
+
+
+def test_every_knob_setting_computes_the_same():
+    _, func = _kernel("b", "n", "n", 2, 32, ("b", 1, "n", "n"), scale=0.25)
+    settings = knob_space(func, LANES)
+    assert len(settings) > 2
+    for knobs in settings:
+        kernel, _ = _kernel("b", "n", "n", 2, 32, ("b", 1, "n", "n"), scale=0.25, knobs=knobs)
+        for length in (5, 33):
+            _check(kernel, 2, length, length, 2, 32, ("b", 1, "n", "n"), scale=0.25, seed=length)

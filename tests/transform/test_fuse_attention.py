@@ -1,0 +1,116 @@
+"""FuseAttention: a BERT-style self-attention block (Q, K, V projections, heads split by
+Reshape + Transpose, scaled and masked scores, Softmax, the product with V, heads merged)
+runs as one attention kernel whose report entry names every node it computes, and equals
+ONNX Runtime, with static and symbolic sequence lengths; a block of another form is left to
+the separate kernels, and equals ONNX Runtime too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+
+HEADS, DEPTH = 4, 16
+WIDTH = HEADS * DEPTH
+
+
+def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div", masked=True, q_scaled=False):
+    """`keys_split`: K as columns by one Transpose [0, 2, 3, 1], or ("twice") by the heads'
+    Transpose then a swap of the last two axes, as some exporters write it. `q_scaled`: the
+    scale applied to the queries before the product (a form the pass leaves alone)."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32), f"w_{n}")
+               for n in "qkv"]
+    biases = [numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), f"b_{n}") for n in "qkv"]
+    constants = [numpy_helper.from_array(np.array([0, 0, HEADS, DEPTH], np.int64), "heads_shape"),
+                 numpy_helper.from_array(np.array([0, 0, WIDTH], np.int64), "merged_shape"),
+                 numpy_helper.from_array(np.array(np.sqrt(DEPTH), np.float32), "root_depth"),
+                 numpy_helper.from_array(np.array(1 / np.sqrt(DEPTH), np.float32), "inverse_root_depth")]
+    nodes = []
+    for n in "qkv":
+        nodes += [helper.make_node("MatMul", ["x", f"w_{n}"], [f"{n}_product"], name=f"{n}_matmul"),
+                  helper.make_node("Add", [f"{n}_product", f"b_{n}"], [n], name=f"{n}_bias"),
+                  helper.make_node("Reshape", [n, "heads_shape"], [f"{n}_heads"], name=f"{n}_reshape")]
+    nodes += [helper.make_node("Transpose", ["q_heads"], ["q4"], name="q_transpose", perm=[0, 2, 1, 3]),
+              helper.make_node("Transpose", ["v_heads"], ["v4"], name="v_transpose", perm=[0, 2, 1, 3])]
+    if keys_split == "twice":
+        nodes += [helper.make_node("Transpose", ["k_heads"], ["k4"], name="k_transpose", perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["k4"], ["kt"], name="k_swap", perm=[0, 1, 3, 2])]
+    else:
+        nodes.append(helper.make_node("Transpose", ["k_heads"], ["kt"], name="k_transpose", perm=[0, 2, 3, 1]))
+    query = "q4"
+    if q_scaled:
+        nodes.append(helper.make_node("Mul", ["q4", "inverse_root_depth"], ["q_scaled"], name="q_scale"))
+        query = "q_scaled"
+    nodes.append(helper.make_node("MatMul", [query, "kt"], ["scores"], name="scores"))
+    logits = "scores"
+    if not q_scaled:
+        nodes.append(helper.make_node(scale_op, ["scores", "root_depth" if scale_op == "Div" else "inverse_root_depth"],
+                                      ["scaled"], name="scale"))
+        logits = "scaled"
+    if masked:
+        nodes.append(helper.make_node("Add", [logits, "mask"], ["masked"], name="mask_add"))
+        logits = "masked"
+    nodes += [helper.make_node("Softmax", [logits], ["probabilities"], name="softmax", axis=-1),
+              helper.make_node("MatMul", ["probabilities", "v4"], ["context4"], name="context"),
+              helper.make_node("Transpose", ["context4"], ["context_heads"], name="merge_transpose", perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["context_heads", "merged_shape"], ["y"], name="merge_reshape")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, tokens, WIDTH])]
+    if masked:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [batch, 1, 1, tokens]))
+    graph = helper.make_graph(nodes, "attention", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, tokens, WIDTH])],
+                              weights + biases + constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _feed(batch, tokens, masked=True, seed=1):
+    rng = np.random.default_rng(seed)
+    feed = {"x": rng.standard_normal((batch, tokens, WIDTH)).astype(np.float32)}
+    if masked:
+        mask = np.zeros((batch, 1, 1, tokens), np.float32)
+        mask[-1, ..., tokens // 2 + 1:] = np.finfo(np.float32).min  # the last sentence padded
+        feed["mask"] = mask
+    return feed
+
+
+def _attention_kernels(compiled) -> list[dict]:
+    return [k for k in compiled.fusion_report()["kernels"] if k["pattern"] == "attention"]
+
+
+@pytest.mark.parametrize("keys_split, scale_op", [("transposed_once", "Div"), ("twice", "Mul")])
+def test_a_bert_attention_block_runs_as_one_kernel(keys_split, scale_op):
+    model = _attention_model(2, 24, keys_split, scale_op)
+    compiled = tvm_fuse.build(model, "native")
+    (kernel,) = _attention_kernels(compiled)
+    absorbed = {"q_reshape", "k_reshape", "v_reshape", "q_transpose", "k_transpose", "v_transpose", "scores", "scale",
+                "mask_add", "softmax", "context", "merge_transpose", "merge_reshape"}
+    assert absorbed | ({"k_swap"} if keys_split == "twice" else set()) <= set(kernel["onnx_nodes"])
+    assert not {u["onnx_node"] for u in compiled.fusion_report()["unfused"]} & absorbed
+    feed = _feed(2, 24)
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+def test_one_build_serves_every_sequence_length():
+    model = _attention_model("batch", "tokens")
+    compiled = tvm_fuse.build(model, "native")
+    assert len(_attention_kernels(compiled)) == 1
+    for batch, tokens in ((1, 1), (2, 7), (1, 40)):
+        feed = _feed(batch, tokens, seed=tokens)
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+@pytest.mark.parametrize("form", ["unmasked", "queries_scaled_first"])
+def test_other_forms(form):
+    """Without a mask the block still fuses; with the scale on the queries it is left alone."""
+    masked = form != "unmasked"
+    model = _attention_model(1, 20, masked=masked, q_scaled=form == "queries_scaled_first")
+    compiled = tvm_fuse.build(model, "native")
+    assert len(_attention_kernels(compiled)) == (1 if form == "unmasked" else 0)
+    feed = _feed(1, 20, masked)
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)

@@ -1,0 +1,87 @@
+"""Scaled dot-product attention in one kernel: `softmax(Q K^T * scale + mask) V` for every
+head, with Q, K and V read where their dense layers wrote them, `[batch, tokens, heads * D]`,
+and the result written the same way, so no head transpose and no `[tokens, tokens]` score
+tensor reaches memory: each task holds its head's keys (transposed, scaled) and a block of
+query rows' scores, exponentials and context in buffers of its own.
+
+Keys are computed padded to whole vectors (`KEY_MULTIPLE`, zeros whose scores the softmax
+leaves out) and query rows to whole row blocks (`matmul.ROW_MULTIPLE`, the last real row
+again), so a build for any sequence length runs the tiles of a static one."""
+
+from __future__ import annotations
+
+from tvm import te, tirx, topi
+
+from . import SCHEDULE_RULE
+from .matmul import ROW_MULTIPLE, padded
+from .rowwise import row_reduction
+
+ATTENTION_RULE = "tvm_fuse.attention"
+KEY_MULTIPLE = 16  # keys are computed padded to this: a zmm vector of fp32
+
+
+def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
+              scale: float, lanes: int) -> te.Tensor:
+    """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]`; `mask` (or None) added
+    to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would. `lanes`: the
+    vector width of the softmax's reductions."""
+    batch, queries, width = query.shape
+    keys = key.shape[1]
+    depth = int(width) // heads
+    key_columns, real_key, key_index = _padding(keys, KEY_MULTIPLE)
+    query_rows, _, query_index = _padding(queries, ROW_MULTIPLE)
+
+    keys_t = te.compute(  # this head's keys as columns, scaled, zero past the last
+        (batch, heads, depth, key_columns),
+        lambda b, h, d, j: real_key(j, key[b, key_index(j), h * depth + d] * tirx.const(scale, "float32")),
+        name="keys_t")
+    d = te.reduce_axis((0, depth), name="d")
+    scores = te.compute(
+        (batch, heads, query_rows, key_columns),
+        lambda b, h, i, j: te.sum(query[b, query_index(i), h * depth + d] * keys_t[b, h, d, j], axis=d),
+        name="scores", attrs={SCHEDULE_RULE: ATTENTION_RULE})
+    lowest = tirx.min_value("float32")
+
+    def logit(b, h, i, j):
+        masked = scores[b, h, i, j]
+        if mask is not None:
+            masked = masked + _mask_value(mask, (b, h, query_index(i), key_index(j)))
+        return real_key(j, masked, lowest)
+
+    peak = row_reduction(scores, logit, te.max, lanes, "max", identity=lowest)
+    shifted = te.compute(scores.shape, lambda b, h, i, j: logit(b, h, i, j) - peak[b, h, i], name="shifted")
+    powers = topi.fast_exp(shifted)
+    exps = te.compute(scores.shape, lambda b, h, i, j: real_key(j, powers[b, h, i, j]), name="exps")
+    total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
+    inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
+    j = te.reduce_axis((0, keys), name="j")
+    context = te.compute(
+        (batch, query_rows, width),
+        lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, c], axis=j), name="context")
+    return te.compute((batch, queries, width),
+                      lambda b, s, c: context[b, s, c] * inverse[b, c // depth, s], name="attention")
+
+
+def _padding(dim, multiple: int):
+    """`dim` rounded up to a multiple of `multiple`; `real(index, value, past=0)`: `value`
+    where `index` is inside `dim`, `past` beyond; `inside(index)`: the index to read, the
+    last one inside `dim` for the padding."""
+    value = getattr(dim, "value", dim)
+    if isinstance(value, int) and value % multiple == 0:
+        return dim, lambda index, real, past=None: real, lambda index: index
+    rounded = (value + multiple - 1) // multiple * multiple if isinstance(value, int) else padded(dim, multiple)
+
+    def real(index, inside, past=None):
+        return te.if_then_else(index < dim, inside, tirx.const(0.0, "float32") if past is None else past)
+
+    return rounded, real, lambda index: te.min(index, dim - 1)
+
+
+def _mask_value(mask: te.Tensor, index):
+    """`mask` at scores `index` (b, h, i, j), broadcast from the right."""
+    offset = 4 - len(mask.shape)
+    return mask[tuple(0 if _is_one(dim) else index[offset + a] for a, dim in enumerate(mask.shape))]
+
+
+def _is_one(dim) -> bool:
+    return getattr(dim, "value", dim) == 1

@@ -1,0 +1,185 @@
+"""Give scaled dot-product attention, as BERT-style exporters write it, one kernel
+(`compute.attention`):
+
+    q4 = permute_dims(reshape(q, [B, S, H, D]), [0, 2, 1, 3])      (k4 likewise, as K^T; v4 as q4)
+    p = softmax(matmul(q4, k4) [* c | / c] [+ mask], axis=-1)
+    out = reshape(permute_dims(matmul(p, v4), [0, 2, 1, 3]), [B, S, H * D])
+
+Q, K and V are read where their dense layers wrote them and the result is written as the next
+dense layer reads it, so the head transposes and the score tensors of the ops it replaces
+never reach memory. A chain of another form (another layout of the heads, a mask of another
+dtype, a softmax over another axis) is left as it was, to `LowerMatmuls` and `LowerRowwise`."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax
+
+from .. import provenance
+from ..compute.attention import attention
+from ..patterns.table import PATTERN_ATTR
+from .lower_matmuls import KERNEL_ATTR
+from .rebind import is_op, mutate_functions, scalar_value, use_counts
+
+_HEADS_FIRST = (0, 2, 1, 3)  # [B, S, H, D] -> [B, H, S, D]
+_KEYS_AS_COLUMNS = (0, 2, 3, 1)  # [B, S, H, D] -> [B, H, D, S]
+
+
+@relax.expr_functor.mutator
+class _AttentionFuser(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, lanes: int):
+        super().__init__(mod)
+        self.lanes = lanes
+        self.values: dict[relax.Var, relax.Expr] = {}
+        self.uses = None
+        self.kernels: dict[relax.Var, tuple] = {}  # the output's binding -> its match
+
+    def fuse(self, func: relax.Function) -> relax.Function:
+        self.values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+        self.uses = use_counts(func)
+        self.kernels = {}
+        for var, value in self.values.items():
+            match = self._match(var, value)
+            if match is not None:
+                self.kernels[var] = match
+        return self.visit_expr(func)
+
+    def _only_reader(self, var) -> bool:
+        return isinstance(var, relax.Var) and self.uses[var] == 1
+
+    def _match(self, var: relax.Var, value) -> tuple | None:
+        """(q, k, v, mask or None, heads, scale, steps) if `var = reshape(...)` ends an attention."""
+        if not (is_op(value, "relax.reshape") and self._only_reader(value.args[0])):
+            return None
+        merged = self.values.get(value.args[0])
+        if not (is_op(merged, "relax.permute_dims") and _axes(merged) == _HEADS_FIRST
+                and self._only_reader(merged.args[0])):
+            return None
+        product = self.values.get(merged.args[0])
+        if not (is_op(product, "relax.matmul") and self._only_reader(product.args[0])):
+            return None
+        probabilities = self.values.get(product.args[0])
+        if not (is_op(probabilities, "relax.nn.softmax") and int(probabilities.attrs.axis) in (-1, 3)):
+            return None
+        steps = [var, value.args[0], merged.args[0], product.args[0]]
+        (scores, scale, mask), prologue = self._prologue(probabilities.args[0])
+        steps += prologue
+        scores_value = self.values.get(scores)
+        if not (is_op(scores_value, "relax.matmul") and self._only_reader(scores)):
+            return None
+        steps.append(scores)
+        operands = []
+        for operand, axes in ((scores_value.args[0], _HEADS_FIRST), (scores_value.args[1], _KEYS_AS_COLUMNS),
+                              (product.args[1], _HEADS_FIRST)):
+            source = self._heads(operand, axes, steps)
+            if source is None:
+                return None
+            operands.append(source)
+        (q, heads, depth), (k, *k_split), (v, *v_split) = operands
+        batches = [x.ty.shape[0] for x in (q, k, v)]
+        if not (k_split == v_split == [heads, depth] and _known_width(value, heads * depth) and _rows(k) != 1
+                and _same_dim(batches[0], batches[1]) and _same_dim(batches[0], batches[2])
+                and _same_dim(k.ty.shape[1], v.ty.shape[1])):
+            return None
+        return (q, k, v, mask, heads, scale, steps)
+
+    def _prologue(self, data):
+        """((scores, scale, mask or None), bindings) of `data = scores [* c | / c] [+ mask]`."""
+        steps, scale, mask = [], 1.0, None
+        value = self.values.get(data)
+        if is_op(value, "relax.add") and self._only_reader(data) and _mask_like(value.args[1]) \
+                and _same_dim(value.ty.shape, value.args[0].ty.shape):  # the mask broadcasts to the scores
+            steps.append(data)
+            data, mask = value.args
+            value = self.values.get(data)
+        if is_op(value, "relax.multiply", "relax.divide") and self._only_reader(data):
+            constant = scalar_value(value.args[1])
+            if constant is not None and constant != 0:
+                steps.append(data)
+                scale = constant if value.op.name == "relax.multiply" else 1.0 / constant
+                data = value.args[0]
+        return (data, scale, mask), steps
+
+    def _heads(self, operand, axes: tuple, steps: list):
+        """(x, heads, depth) if `operand` is `x [B, S, heads * depth]` split into heads and
+        permuted by `axes` (through one or more permute_dims); their bindings join `steps`."""
+        permutation = tuple(range(4))
+        visited = []
+        value = self.values.get(operand)
+        while is_op(value, "relax.permute_dims") and _axes(value) is not None:
+            permutation = tuple(_axes(value)[a] for a in permutation)  # operand axis a = input axis
+            visited.append(operand)
+            operand = value.args[0]
+            value = self.values.get(operand)
+        if not (is_op(value, "relax.reshape") and permutation == axes):
+            return None
+        x = value.args[0]
+        split, whole = (list(t.shape) if isinstance(t, relax.TensorType) and t.shape is not None else None
+                        for t in (value.ty, x.ty))
+        if split is None or whole is None or len(split) != 4 or len(whole) != 3 or not _fp32(x):
+            return None
+        heads, depth, width = (_static(d) for d in (split[2], split[3], whole[2]))
+        if None in (heads, depth, width) or heads * depth != width or not all(
+                _same_dim(a, b) for a, b in zip(split[:2], whole[:2])):
+            return None
+        visited.append(operand)
+        steps.extend(v for v in visited if self._only_reader(v))
+        return x, heads, depth
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        match = self.kernels.get(binding.var)
+        if match is None:
+            return super().visit_var_binding_(binding)
+        q, k, v, mask, heads, scale, steps = match
+        operands = [self.visit_expr(e) for e in (q, k, v, mask) if e is not None]
+        kernel = self.builder_.call_te(
+            lambda query, key, value, *masks: attention(query, key, value, masks[0] if masks else None, heads, scale,
+                                                        self.lanes),
+            *operands, primfunc_name_hint="attention",
+            primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8})
+        nodes = [i for i in map(provenance.node_index, steps) if i is not None]
+        kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
+
+
+def _axes(call: relax.Call) -> tuple | None:
+    axes = call.attrs.axes
+    return None if axes is None else tuple(int(a) for a in axes)
+
+
+def _fp32(expr: relax.Expr) -> bool:
+    return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "float32"
+
+
+def _mask_like(mask: relax.Expr) -> bool:
+    """An fp32 tensor of known shape the kernel can broadcast to the scores, as the add did."""
+    return _fp32(mask) and mask.ty.shape is not None and len(mask.ty.shape) <= 4
+
+
+def _known_width(expr: relax.Expr, width: int) -> bool:
+    shape = expr.ty.shape
+    return shape is not None and len(shape) == 3 and _static(shape[2]) == width
+
+
+def _rows(x: relax.Expr) -> int | None:
+    return _static(x.ty.shape[1])
+
+
+def _static(dim) -> int | None:
+    return int(dim) if isinstance(dim, tvm.tirx.IntImm) else None
+
+
+def _same_dim(a, b) -> bool:
+    return tvm_ffi.structural_equal(a, b)
+
+
+def FuseAttention(lanes: int) -> tvm.transform.Pass:
+    """`lanes`: the vector width in fp32 lanes, the width of the softmax's partial reductions."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.FuseAttention")
+    def fuse(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        fuser = _AttentionFuser(mod, lanes)
+        return mutate_functions(mod, fuser, lambda func: relax.analysis.remove_all_unused(fuser.fuse(func)))
+
+    return fuse
