@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .common import accumulate_in_registers, accumulator_budget, divides, divisor, static_extent, \
-    vectorize_innermost
+    store_tile, vectorize_innermost
 
 
 @dataclass(frozen=True)
@@ -33,22 +33,20 @@ def _blocks(sch: s_tir.Schedule) -> dict:
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> AttentionKnobs:
     rows, columns, _ = _shape(sch, _blocks(sch))
     row_tile = divisor(rows, [8, 4, 2])  # rows are computed padded to 8
-    vectors = static_extent(columns) // lanes
-    return AttentionKnobs(row_tile, divisor(vectors, [2]) if vectors and lanes >= 16 else 1)
+    return AttentionKnobs(row_tile, 2 if lanes >= 16 and divides(2 * lanes, columns) else 1)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[AttentionKnobs]:
     rows, columns, _ = _shape(sch, _blocks(sch))
-    vectors = static_extent(columns) // lanes
     budget = accumulator_budget(lanes, 24)
     return [AttentionKnobs(r, v) for r in (2, 4, 8, 16) if divides(r, rows)
-            for v in (1, 2, 3, 4) if (v == 1 or (vectors and vectors % v == 0)) and r * v <= budget]
+            for v in (1, 2, 3, 4) if divides(v * lanes, columns) and r * v <= budget]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     blocks = _blocks(sch)
-    kept = ("keys_t", "scores", "partial_max", "row_max", "exps", "partial_sum", "row_sum", "inverse_sum", "context",
+    kept = ("keys_t", "scores", "logits", "partial_max", "row_max", "exps", "partial_sum", "row_sum", "inverse_sum", "context",
             "attention")
     for name, stage in blocks.items():  # the shift and exp, into the exponentials' block
         if name not in kept:
@@ -65,7 +63,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | Non
     task = sch.fuse(batch, head)
     sch.parallel(task)
     vectorize_innermost(sch, output, lanes)
-    for name in ("inverse_sum", "context", "row_sum", "partial_sum", "exps", "row_max", "partial_max", "scores"):
+    for name in ("inverse_sum", "context", "row_sum", "partial_sum", "exps", "row_max", "partial_max", "logits", "scores"):
         sch.compute_at(blocks[name], block_rows)
     sch.compute_at(blocks["keys_t"], task)
     depth_loop, key_loop = sch.get_loops(blocks["keys_t"])[-2:]
@@ -85,7 +83,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | Non
     columns_out, column_vectors, column_lane = sch.split(column, [None, knobs.key_vectors, lanes])
     sch.reorder(columns_out, reduction, row, column_vectors, column_lane)
     write_back = accumulate_in_registers(sch, scores, columns_out, [row, column_vectors], column_lane, reduction, lanes)
-    vectorize_innermost(sch, write_back, lanes)
+    store_tile(sch, write_back, blocks["logits"], columns_out, lanes)  # masked as it is stored
     for name in ("partial_max", "partial_sum"):  # lanes in one vector (as `schedules.rowwise`)
         lane, group = sch.get_loops(blocks[name])[-2:]
         sch.reorder(group, lane)

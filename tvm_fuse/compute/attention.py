@@ -17,14 +17,15 @@ from .matmul import ROW_MULTIPLE, padded
 from .rowwise import row_reduction
 
 ATTENTION_RULE = "tvm_fuse.attention"
-KEY_MULTIPLE = 16  # keys are computed padded to this: a zmm vector of fp32
+KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, a score tile's width
 
 
 def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
-              scale: float, lanes: int) -> te.Tensor:
+              scale: float, lanes: int, mask_padded: bool = False) -> te.Tensor:
     """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]`; `mask` (or None) added
-    to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would. `lanes`: the
-    vector width of the softmax's reductions."""
+    to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis
+    either 1 or Sk (`mask_padded`: Sk padded by `pad_keys`). `lanes`: the vector width of the
+    softmax's reductions."""
     batch, queries, width = query.shape
     keys = key.shape[1]
     depth = int(width) // heads
@@ -45,11 +46,12 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     def logit(b, h, i, j):
         masked = scores[b, h, i, j]
         if mask is not None:
-            masked = masked + _mask_value(mask, (b, h, query_index(i), key_index(j)))
+            masked = masked + _mask_value(mask, (b, h, query_index(i), j if mask_padded else key_index(j)))
         return real_key(j, masked, lowest)
 
-    peak = row_reduction(scores, logit, te.max, lanes, "max", identity=lowest)
-    shifted = te.compute(scores.shape, lambda b, h, i, j: logit(b, h, i, j) - peak[b, h, i], name="shifted")
+    logits = te.compute(scores.shape, logit, name="logits")  # as the score tile is stored
+    peak = row_reduction(logits, logits, te.max, lanes, "max", identity=lowest)
+    shifted = te.compute(scores.shape, lambda b, h, i, j: logits[b, h, i, j] - peak[b, h, i], name="shifted")
     powers = topi.fast_exp(shifted)
     exps = te.compute(scores.shape, lambda b, h, i, j: real_key(j, powers[b, h, i, j]), name="exps")
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
@@ -62,6 +64,21 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
                       lambda b, s, c: context[b, s, c] * inverse[b, c // depth, s], name="attention")
 
 
+def pad_keys(mask: te.Tensor) -> te.Tensor:
+    """`mask` with its key (last) axis padded as the kernel pads keys, zeros past the end:
+    where keys are padded, a mask read at a clamped key index would be gathered lane by lane
+    (a fifth of the kernel's time at 128 keys); one such copy serves every layer."""
+    *lead, keys = mask.shape
+    columns, real, index = _padding(keys, KEY_MULTIPLE)
+    return te.compute((*lead, columns), lambda *i: real(i[-1], mask[(*i[:-1], index(i[-1]))]), name="padded_mask")
+
+
+def keys_padded(keys) -> bool:
+    """Whether the kernel computes `keys` keys padded (`pad_keys` pays off for its mask)."""
+    value = getattr(keys, "value", keys)
+    return not (isinstance(value, int) and value % KEY_MULTIPLE == 0)
+
+
 def _padding(dim, multiple: int):
     """`dim` rounded up to a multiple of `multiple`; `real(index, value, past=0)`: `value`
     where `index` is inside `dim`, `past` beyond; `inside(index)`: the index to read, the
@@ -71,8 +88,8 @@ def _padding(dim, multiple: int):
         return dim, lambda index, real, past=None: real, lambda index: index
     rounded = (value + multiple - 1) // multiple * multiple if isinstance(value, int) else padded(dim, multiple)
 
-    def real(index, inside, past=None):
-        return te.if_then_else(index < dim, inside, tirx.const(0.0, "float32") if past is None else past)
+    def real(index, inside, past=None):  # a select, not a branch: what `inside` reads is in bounds
+        return tirx.Select(index < dim, inside, tirx.const(0.0, "float32") if past is None else past)
 
     return rounded, real, lambda index: te.min(index, dim - 1)
 

@@ -17,7 +17,7 @@ import tvm_ffi
 from tvm import relax
 
 from .. import provenance
-from ..compute.attention import attention
+from ..compute.attention import attention, keys_padded, pad_keys
 from ..patterns.table import PATTERN_ATTR
 from .lower_matmuls import KERNEL_ATTR
 from .rebind import is_op, mutate_functions, scalar_value, use_counts
@@ -34,11 +34,12 @@ class _AttentionFuser(relax.PyExprMutator):
         self.values: dict[relax.Var, relax.Expr] = {}
         self.uses = None
         self.kernels: dict[relax.Var, tuple] = {}  # the output's binding -> its match
+        self.padded_masks: dict[relax.Expr, relax.Var] = {}
 
     def fuse(self, func: relax.Function) -> relax.Function:
         self.values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
         self.uses = use_counts(func)
-        self.kernels = {}
+        self.kernels, self.padded_masks = {}, {}
         for var, value in self.values.items():
             match = self._match(var, value)
             if match is not None:
@@ -132,15 +133,27 @@ class _AttentionFuser(relax.PyExprMutator):
         if match is None:
             return super().visit_var_binding_(binding)
         q, k, v, mask, heads, scale, steps = match
-        operands = [self.visit_expr(e) for e in (q, k, v, mask) if e is not None]
+        operands = [self.visit_expr(e) for e in (q, k, v)]
+        padded = mask is not None and _static(mask.ty.shape[-1]) != 1 and keys_padded(k.ty.shape[1])
+        if mask is not None:
+            operands.append(self._padded_mask(mask) if padded else self.visit_expr(mask))
         kernel = self.builder_.call_te(
             lambda query, key, value, *masks: attention(query, key, value, masks[0] if masks else None, heads, scale,
-                                                        self.lanes),
+                                                        self.lanes, padded),
             *operands, primfunc_name_hint="attention",
             primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8})
         nodes = [i for i in map(provenance.node_index, steps) if i is not None]
         kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
+
+
+    def _padded_mask(self, mask: relax.Expr) -> relax.Expr:
+        """`mask` with its keys padded as the kernel pads them, one copy for every layer it serves."""
+        if mask not in self.padded_masks:
+            self.padded_masks[mask] = self.builder_.emit(
+                self.builder_.call_te(pad_keys, self.visit_expr(mask), primfunc_name_hint="pad_mask_keys"),
+                "padded_mask")
+        return self.padded_masks[mask]
 
 
 def _axes(call: relax.Call) -> tuple | None:
