@@ -549,7 +549,7 @@ def test_batch_matmul_constant_3d_weight(x_shape, w_shape, bias, act_form):
 
 # --- switching fusion off -----------------------------------------------------------------------
 
-FAMILIES = ["conv_bias", "conv_bn", "conv_relu", "conv_sum", "fc_bias", "fc_bn", "fc_relu", "fc_sum"]
+FAMILIES = ["conv_bias", "conv_bn", "conv_relu", "conv_sum", "fc_bias", "fc_bn", "fc_relu", "fc_sum", "attention"]
 
 
 def _unfused(report: dict) -> dict[str, str]:

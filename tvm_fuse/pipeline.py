@@ -16,6 +16,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+from .patterns.table import ATTENTION_FAMILY
 from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
@@ -77,8 +78,8 @@ def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tra
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],
          realize: Sequence[tvm.transform.Pass] = ()) -> list[tvm.transform.Pass]:
-    """Matches of the fusion table become composite functions, then one kernel each; the
-    `realize` passes (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the
+    """Matches of the fusion table become composite functions, then one kernel each, and each
+    attention block one kernel (unless its family is disabled); the `realize` passes (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the
     composites first and turn those they take into kernels of their precision."""
     return [
         OrderResidualAdds(),
@@ -86,7 +87,7 @@ def fuse(target: tvm.target.Target, disabled: Collection[str],
         FusePatterns(disabled),
         *realize,
         LowerComposites(vector_lanes(target)),
-        FuseAttention(vector_lanes(target)),  # softmax(Q K^T * c + mask) V, one kernel per layer
+        *([] if ATTENTION_FAMILY in disabled else [FuseAttention(vector_lanes(target))]),
         LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
         LowerRowwise(vector_lanes(target)),  # layer norms and softmaxes, vectorized
     ]

@@ -11,7 +11,7 @@ import pytest
 import tvm
 from tvm import te
 
-from tvm_fuse.compute.attention import attention
+from tvm_fuse.compute.attention import KEY_MULTIPLE, attention, pad_keys
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
 from tvm_fuse.target import parse_target
@@ -95,3 +95,28 @@ def test_every_knob_setting_computes_the_same():
         kernel, _ = _kernel("b", "n", "n", 2, 32, ("b", 1, "n", "n"), scale=0.25, knobs=knobs)
         for length in (5, 33):
             _check(kernel, 2, length, length, 2, 32, ("b", 1, "n", "n"), scale=0.25, seed=length)
+
+
+def test_a_mask_padded_once_serves_the_kernel():
+    """A symbolic length's mask, padded by `pad_keys` (zeros past the real keys), read by the
+    kernel in whole vectors: the same result as the mask read at clamped indices."""
+    n = te.var("n")
+    mask = te.placeholder((1, 1, n, n), "float32", name="mask")
+    padding = tvm.compile(tvm.IRModule({"main": te.create_prim_func([mask, pad_keys(mask)])}), target=TARGET)
+    q, k, v = (te.placeholder((1, n, 64), "float32", name=name) for name in "qkv")
+    padded_mask = te.placeholder((1, 1, n, (n + KEY_MULTIPLE - 1) // KEY_MULTIPLE * KEY_MULTIPLE), "float32",
+                                 name="padded_mask")
+    func = te.create_prim_func([q, k, v, padded_mask, attention(q, k, v, padded_mask, 2, 0.2, LANES, mask_padded=True)])
+    kernel = tvm.compile(tvm.IRModule({"main": apply(func, LANES)}), target=TARGET, tir_pipeline=TIR_PIPELINE)
+    rng = np.random.default_rng(3)
+    for length in (3, 40):
+        data = [rng.standard_normal((1, length, 64)).astype(np.float32) for _ in range(3)]
+        masks = np.where(rng.random((1, 1, length, length)) < 0.3, MASKED, np.float32(0)).astype(np.float32)
+        columns = -(-length // KEY_MULTIPLE) * KEY_MULTIPLE
+        padded = tvm.runtime.tensor(np.full((1, 1, length, columns), 7.0, np.float32))
+        padding["main"](tvm.runtime.tensor(masks), padded)
+        expected = np.concatenate([masks, np.zeros((1, 1, length, columns - length), np.float32)], axis=-1)
+        np.testing.assert_array_equal(padded.numpy(), expected)
+        out = tvm.runtime.tensor(np.zeros((1, length, 64), np.float32))
+        kernel["main"](*(tvm.runtime.tensor(a) for a in data), padded, out)
+        np.testing.assert_allclose(out.numpy(), _reference(*data, masks, 2, 0.2), rtol=1e-5, atol=2e-6)

@@ -105,6 +105,14 @@ def test_one_build_serves_every_sequence_length():
         assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
 
 
+def test_the_attention_family_switches_it_off():
+    model = _attention_model(1, 20)
+    compiled = tvm_fuse.build(model, "native", disable_fusion=["attention"])
+    assert not _attention_kernels(compiled)
+    feed = _feed(1, 20)
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
 @pytest.mark.parametrize("form", ["unmasked", "queries_scaled_first"])
 def test_other_forms(form):
     """Without a mask the block still fuses; with the scale on the queries it is left alone."""

@@ -124,7 +124,9 @@ SLOTS = (
     Slot("sum_activation", "sum", _activation("sum_activation"), after="sum"),
 )
 
-FAMILIES = tuple(f"{a.family}_{f}" for a in ANCHORS for f in dict.fromkeys(s.family for s in SLOTS))
+ATTENTION_FAMILY = "attention"  # softmax(Q K^T * c + mask) V in one kernel (`transform/fuse_attention.py`)
+FAMILIES = tuple(f"{a.family}_{f}" for a in ANCHORS for f in dict.fromkeys(s.family for s in SLOTS)) + (
+    ATTENTION_FAMILY,)
 
 
 def fusion_patterns(disabled: Collection[str] = ()) -> list[FusionPattern]:
