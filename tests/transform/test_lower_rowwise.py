@@ -103,3 +103,49 @@ def test_attention_scaling_and_mask_run_in_the_softmax_kernel():
     assert report["kernel_calls"] == 1
     reasons = {entry["onnx_node"]: entry["reason"] for entry in report["unfused"]}
     assert reasons["scale"] == reasons["mask"] == "computed in the kernel of node softmax (Softmax)"
+
+
+def _embeddings_model(residual_output: bool = False):
+    """BERT's embeddings: word rows gathered by id, plus position rows, plus a residual input,
+    then a layer norm. `residual_output`: the sum is also a graph output (read twice)."""
+    rng = np.random.default_rng(3)
+    words, width = 50, 32
+    nodes = [helper.make_node("Gather", ["word_table", "ids"], ["word"], name="word_gather", axis=0),
+             helper.make_node("Add", ["word", "positions"], ["embedded"], name="position_add"),
+             helper.make_node("Add", ["embedded", "residual"], ["summed"], name="residual_add"),
+             helper.make_node("LayerNormalization", ["summed", "gamma", "beta"], ["y"], name="norm", axis=-1,
+                              epsilon=1e-12)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, width])]
+    if residual_output:
+        outputs.append(helper.make_tensor_value_info("summed", TensorProto.FLOAT, [2, 7, width]))
+    graph = helper.make_graph(
+        nodes, "embeddings",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 7]),
+         helper.make_tensor_value_info("residual", TensorProto.FLOAT, [2, 7, width])], outputs,
+        [numpy_helper.from_array(rng.standard_normal((words, width)).astype(np.float32), "word_table"),
+         numpy_helper.from_array(rng.standard_normal((1, 7, width)).astype(np.float32), "positions"),
+         numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), "gamma"),
+         numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), "beta")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("residual_output", [False, True])
+def test_gathers_and_adds_before_a_layer_norm_run_in_its_kernel(residual_output):
+    """The gather (its negative indices counted from the end), both adds and the norm: one
+    kernel, unless the sum is read elsewhere too."""
+    model = _embeddings_model(residual_output)
+    rng = np.random.default_rng(4)
+    feed = {"ids": rng.integers(0, 50, (2, 7)).astype(np.int64),
+            "residual": rng.standard_normal((2, 7, 32)).astype(np.float32)}
+    feed["ids"][0, 0] = -3  # ONNX Gather counts a negative index from the end
+    ours = tvm_fuse.build(model, "native")
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=1e-5)
+    reasons = {entry["onnx_node"]: entry["reason"] for entry in ours.fusion_report()["unfused"]}
+    joined = "computed in the kernel of node norm (LayerNormalization)"
+    if residual_output:
+        assert reasons["residual_add"] != joined
+    else:
+        assert reasons["position_add"] == reasons["residual_add"] == joined
+        assert reasons["word_gather"] == joined

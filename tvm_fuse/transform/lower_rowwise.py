@@ -5,18 +5,20 @@ any width (a sequence length too), layer norms of a static width the vector widt
 
 Attention's scaling and mask before its softmax, `softmax(scores * c + mask)` (either part
 alone too), join the softmax's kernel when nothing else reads them: the scores are read once,
-where the three kernels TVM would make write and read them twice more."""
+where the three kernels TVM would make write and read them twice more. So do the adds before a
+layer norm (a residual add; a BERT embedding's sum of word, position and token-type rows) and
+the gathers they add up: an embedding layer is one kernel, gathers, sum and norm."""
 
 from __future__ import annotations
 
 import tvm
-from tvm import relax, topi
+from tvm import relax, te, topi
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
 from ..compute.rowwise import layer_norm_rows, softmax_rows
 from .lower_matmuls import KERNEL_ATTR
-from .rebind import is_op, mutate_functions, use_counts
+from .rebind import is_op, mutate_functions, scalar_value, use_counts
 
 
 @relax.expr_functor.mutator
@@ -35,7 +37,48 @@ class _RowwiseLowerer(relax.PyExprMutator):
         for var, value in self.values.items():
             if is_op(value, "relax.nn.softmax") and _rows_lowerable(value.args[0], [int(value.attrs.axis)]):
                 self.absorbed.update(self._prologue(value.args[0])[1])
+            elif is_op(value, "relax.nn.layer_norm") and _layer_norm_lowerable(value, self.lanes):
+                self.absorbed.update(self._sum_prologue(value.args[0])[2])
         return self.visit_expr(func)
+
+    def _sum_prologue(self, data: relax.Expr):
+        """(tree, leaves, bindings) of `data` as a tree of adds and gathers (`take` along axis 0)
+        that only it reads: `tree` as nested tuples ("add", a, b), ("take", table, ids, mode),
+        ("leaf", index into `leaves`). Just ("leaf", 0) when `data` is not such an add."""
+        leaves, steps = [], []
+
+        def tree(expr, top=False):
+            value = self.values.get(expr)
+            if (top or self.uses[expr] == 1) and _known_fp32(expr):
+                if is_op(value, "relax.add") and all(_known_fp32(a) for a in value.args):
+                    steps.append(expr)
+                    return ("add", tree(value.args[0]), tree(value.args[1]))
+                if is_op(value, "relax.take") and not top and value.attrs.axis is not None \
+                        and int(value.attrs.axis) == 0:
+                    steps.append(expr)
+                    return ("take", tree(value.args[0]), ids(value.args[1]), str(value.attrs.mode))
+            return leaf(expr)
+
+        def leaf(expr):
+            leaves.append(expr)
+            return ("leaf", len(leaves) - 1)
+
+        def ids(expr):
+            """ONNX Gather's indices as the importer writes them, negative ones counted from
+            the end: `where(less(i, 0), add(i, n), i)`, absorbed when only the gather reads it."""
+            value = self.values.get(expr)
+            if is_op(value, "relax.where") and self.uses[expr] == 1:
+                condition, wrapped = (self.values.get(a) for a in value.args[:2])
+                count = scalar_value(wrapped.args[1]) if is_op(wrapped, "relax.add") else None
+                if is_op(condition, "relax.less") and scalar_value(condition.args[1]) == 0 and count is not None \
+                        and condition.args[0].same_as(value.args[2]) and wrapped.args[0].same_as(value.args[2]) \
+                        and all(self.uses[a] == 1 for a in value.args[:2]):
+                    steps.extend([expr, *value.args[:2]])
+                    return ("wrapped", leaf(value.args[2]), int(count))
+            return leaf(expr)
+
+        shape = tree(data, top=self.uses[data] == 1)
+        return shape, leaves, steps
 
     def _prologue(self, data: relax.Expr):
         """(scores, scale or None, mask or None) of `data = scores * scale + mask`, and the
@@ -58,10 +101,15 @@ class _RowwiseLowerer(relax.PyExprMutator):
         call = binding.value
         op = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
         if op == "relax.nn.layer_norm" and _layer_norm_lowerable(call, self.lanes):
-            kernel = self.builder_.call_te(layer_norm_rows, *call.args, float(call.attrs.epsilon), self.lanes,
-                                           primfunc_name_hint="layer_norm",
-                                           primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
-            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, call.span)  # its nodes
+            shape, leaves, steps = self._sum_prologue(call.args[0])
+            epsilon = float(call.attrs.epsilon)
+            kernel = self.builder_.call_te(
+                lambda gamma, beta, *xs: layer_norm_rows(_expanded(shape, xs), gamma, beta, epsilon, self.lanes),
+                *(self.visit_expr(e) for e in (*call.args[1:], *leaves)), primfunc_name_hint="layer_norm",
+                primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
+            own = provenance.span_nodes(call) or [provenance.node_index(binding.var)]  # a recomposed norm's nodes
+            nodes = [i for i in dict.fromkeys([*own, *map(provenance.node_index, steps)]) if i is not None]
+            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)]):
             (scores, scale, mask), steps = self._prologue(call.args[0])
             operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]
@@ -79,6 +127,21 @@ def _scaled_masked(scores, scale: GenericConst | None, masks):
     """`scores * scale + mask` on te tensors, broadcasting as the Relax ops did."""
     scaled = scores if scale is None else topi.multiply(scores, float(scale.value.numpy()))
     return topi.add(scaled, masks[0]) if masks else scaled
+
+
+def _expanded(tree, tensors):
+    """The te tensor of a `_sum_prologue` tree over `tensors` (its leaves)."""
+    kind, *parts = tree
+    if kind == "leaf":
+        return tensors[parts[0]]
+    if kind == "add":
+        return topi.add(*(_expanded(part, tensors) for part in parts))
+    if kind == "wrapped":  # negative indices counted from the end
+        indices, count = _expanded(parts[0], tensors), parts[1]
+        return te.compute(indices.shape, lambda *i: tvm.tirx.Select(indices(*i) < 0, indices(*i) + count, indices(*i)),
+                          name="indices")
+    table, ids, mode = parts
+    return topi.take(_expanded(table, tensors), _expanded(ids, tensors), axis=0, mode=mode)
 
 
 def _known_fp32(mask: relax.Expr) -> bool:
