@@ -1,8 +1,9 @@
-"""Fused attention (`tvm_fuse.compute.attention`): heads in parallel; in each, its keys
-transposed once, then query rows a block (`row_tile`) at a time: the block's scores
-accumulated in registers (`row_tile` rows x `key_vectors` vectors of keys over the head's
-depth), their softmax a vector at a time, and the context accumulated in registers (rows x
-the depth's vectors over the keys) and stored scaled by each row's inverse sum."""
+"""Fused attention (`tvm_fuse.compute.attention`): (sequence, head) pairs in parallel; in
+each, its keys transposed once, then query rows a block (`row_tile`) at a time: the block's
+scores accumulated in registers (`row_tile` rows x `key_vectors` vectors of keys over the
+head's depth) and masked as they are stored, their softmax a vector at a time, and the
+context accumulated in registers (rows x the depth's vectors over the keys), then stored
+scaled by each row's inverse sum."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class AttentionKnobs:
 
 
 def _shape(sch: s_tir.Schedule, blocks: dict) -> tuple:
-    """(query rows computed, key columns computed, head depth), from the scores and context."""
+    """(query rows computed, key columns computed, head depth), from the scores' loops."""
     *_, rows, columns, depth = (sch.get(loop).extent for loop in sch.get_loops(blocks["scores"]))
     return rows, columns, depth
 
@@ -46,8 +47,8 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[AttentionKnobs]:
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     blocks = _blocks(sch)
-    kept = ("keys_t", "scores", "logits", "partial_max", "row_max", "exps", "partial_sum", "row_sum", "inverse_sum", "context",
-            "attention")
+    kept = ("keys_t", "scores", "logits", "partial_max", "row_max", "exps", "partial_sum", "row_sum", "inverse_sum",
+            "context", "attention")
     for name, stage in blocks.items():  # the shift and exp, into the exponentials' block
         if name not in kept:
             sch.compute_inline(stage)
@@ -63,7 +64,8 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | Non
     task = sch.fuse(batch, head)
     sch.parallel(task)
     vectorize_innermost(sch, output, lanes)
-    for name in ("inverse_sum", "context", "row_sum", "partial_sum", "exps", "row_max", "partial_max", "logits", "scores"):
+    for name in ("inverse_sum", "context", "row_sum", "partial_sum", "exps", "row_max", "partial_max", "logits",
+                 "scores"):  # each before its reader, inside the row block
         sch.compute_at(blocks[name], block_rows)
     sch.compute_at(blocks["keys_t"], task)
     depth_loop, key_loop = sch.get_loops(blocks["keys_t"])[-2:]
@@ -84,7 +86,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: AttentionKnobs | Non
     sch.reorder(columns_out, reduction, row, column_vectors, column_lane)
     write_back = accumulate_in_registers(sch, scores, columns_out, [row, column_vectors], column_lane, reduction, lanes)
     store_tile(sch, write_back, blocks["logits"], columns_out, lanes)  # masked as it is stored
-    for name in ("partial_max", "partial_sum"):  # lanes in one vector (as `schedules.rowwise`)
+    for name in ("partial_max", "partial_sum"):  # a vector of partial results over the row's vectors
         lane, group = sch.get_loops(blocks[name])[-2:]
         sch.reorder(group, lane)
         sch.vectorize(lane)

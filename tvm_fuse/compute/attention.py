@@ -67,7 +67,7 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
 def pad_keys(mask: te.Tensor) -> te.Tensor:
     """`mask` with its key (last) axis padded as the kernel pads keys, zeros past the end:
     where keys are padded, a mask read at a clamped key index would be gathered lane by lane
-    (a fifth of the kernel's time at 128 keys); one such copy serves every layer."""
+    (a sixth of the kernel's time at 128 keys); one such copy serves every layer."""
     *lead, keys = mask.shape
     columns, real, index = _padding(keys, KEY_MULTIPLE)
     return te.compute((*lead, columns), lambda *i: real(i[-1], mask[(*i[:-1], index(i[-1]))]), name="padded_mask")
@@ -85,7 +85,7 @@ def _padding(dim, multiple: int):
     last one inside `dim` for the padding."""
     value = getattr(dim, "value", dim)
     if isinstance(value, int) and value % multiple == 0:
-        return dim, lambda index, real, past=None: real, lambda index: index
+        return dim, lambda index, inside, past=None: inside, lambda index: index
     rounded = (value + multiple - 1) // multiple * multiple if isinstance(value, int) else padded(dim, multiple)
 
     def real(index, inside, past=None):  # a select, not a branch: what `inside` reads is in bounds
