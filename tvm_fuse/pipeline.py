@@ -79,8 +79,9 @@ def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tra
 def fuse(target: tvm.target.Target, disabled: Collection[str],
          realize: Sequence[tvm.transform.Pass] = ()) -> list[tvm.transform.Pass]:
     """Matches of the fusion table become composite functions, then one kernel each, and each
-    attention block one kernel (unless its family is disabled); the `realize` passes (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the
-    composites first and turn those they take into kernels of their precision."""
+    attention block one kernel (unless its family is disabled); the `realize` passes
+    (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the composites first and
+    turn those they take into kernels of their precision."""
     return [
         OrderResidualAdds(),
         RecordProvenance(),
@@ -88,7 +89,7 @@ def fuse(target: tvm.target.Target, disabled: Collection[str],
         *realize,
         LowerComposites(vector_lanes(target)),
         *([] if ATTENTION_FAMILY in disabled else [FuseAttention(vector_lanes(target))]),
-        LowerMatmuls(),  # the products left unfused, e.g. attention's, as our kernel too
+        LowerMatmuls(),  # the products left unfused (an attention of another form's) as our kernel too
         LowerRowwise(vector_lanes(target)),  # layer norms and softmaxes, vectorized
     ]
 

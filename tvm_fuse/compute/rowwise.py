@@ -47,8 +47,8 @@ def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor:
                   identity=None) -> te.Tensor:
     """`reducer` over each row of `element(*index)` (`x`'s shape): `lanes` partial results
     (the schedule's vector), then across them. A kernel's first reduction carries its rule. A
-    width `lanes` does not divide (or a symbolic one) needs the reducer's `identity`, which
-    the partial results take past the row's end."""
+    width `lanes` does not provably divide (a symbolic one unless padded to a multiple) needs
+    the reducer's `identity`, which the partial results take past the row's end."""
     *rows, width = x.shape
     whole = Analyzer().can_prove(tirx.floormod(width, lanes) == 0)  # a padded symbolic width too
     group = te.reduce_axis((0, width // lanes if whole else (width + lanes - 1) // lanes), name="group")
