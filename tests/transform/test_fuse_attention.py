@@ -17,10 +17,12 @@ HEADS, DEPTH = 4, 16
 WIDTH = HEADS * DEPTH
 
 
-def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div", masked=True, q_scaled=False):
+def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div", masked=True,
+                     scaled_operands=False, softmax_axis=-1):
     """`keys_split`: K as columns by one Transpose [0, 2, 3, 1], or ("twice") by the heads'
-    Transpose then a swap of the last two axes, as some exporters write it. `q_scaled`: the
-    scale applied to the queries before the product (a form the pass leaves alone)."""
+    Transpose then a swap of the last two axes, as some exporters write it. `scaled_operands`:
+    Q and K^T each scaled by D^-1/4 before the product, as torch exports
+    scaled_dot_product_attention. `softmax_axis`: another axis than the keys' is not attention."""
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32), f"w_{n}")
                for n in "qkv"]
@@ -28,7 +30,8 @@ def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div"
     constants = [numpy_helper.from_array(np.array([0, 0, HEADS, DEPTH], np.int64), "heads_shape"),
                  numpy_helper.from_array(np.array([0, 0, WIDTH], np.int64), "merged_shape"),
                  numpy_helper.from_array(np.array(np.sqrt(DEPTH), np.float32), "root_depth"),
-                 numpy_helper.from_array(np.array(1 / np.sqrt(DEPTH), np.float32), "inverse_root_depth")]
+                 numpy_helper.from_array(np.array(1 / np.sqrt(DEPTH), np.float32), "inverse_root_depth"),
+                 numpy_helper.from_array(np.array(DEPTH ** -0.25, np.float32), "root_root_depth")]
     nodes = []
     for n in "qkv":
         nodes += [helper.make_node("MatMul", ["x", f"w_{n}"], [f"{n}_product"], name=f"{n}_matmul"),
@@ -41,20 +44,21 @@ def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div"
                   helper.make_node("Transpose", ["k4"], ["kt"], name="k_swap", perm=[0, 1, 3, 2])]
     else:
         nodes.append(helper.make_node("Transpose", ["k_heads"], ["kt"], name="k_transpose", perm=[0, 2, 3, 1]))
-    query = "q4"
-    if q_scaled:
-        nodes.append(helper.make_node("Mul", ["q4", "inverse_root_depth"], ["q_scaled"], name="q_scale"))
-        query = "q_scaled"
-    nodes.append(helper.make_node("MatMul", [query, "kt"], ["scores"], name="scores"))
+    query, keys = "q4", "kt"
+    if scaled_operands:
+        nodes += [helper.make_node("Mul", ["q4", "root_root_depth"], ["q_scaled"], name="q_scale"),
+                  helper.make_node("Mul", ["kt", "root_root_depth"], ["k_scaled"], name="k_scale")]
+        query, keys = "q_scaled", "k_scaled"
+    nodes.append(helper.make_node("MatMul", [query, keys], ["scores"], name="scores"))
     logits = "scores"
-    if not q_scaled:
+    if not scaled_operands:
         nodes.append(helper.make_node(scale_op, ["scores", "root_depth" if scale_op == "Div" else "inverse_root_depth"],
                                       ["scaled"], name="scale"))
         logits = "scaled"
     if masked:
         nodes.append(helper.make_node("Add", [logits, "mask"], ["masked"], name="mask_add"))
         logits = "masked"
-    nodes += [helper.make_node("Softmax", [logits], ["probabilities"], name="softmax", axis=-1),
+    nodes += [helper.make_node("Softmax", [logits], ["probabilities"], name="softmax", axis=softmax_axis),
               helper.make_node("MatMul", ["probabilities", "v4"], ["context4"], name="context"),
               helper.make_node("Transpose", ["context4"], ["context_heads"], name="merge_transpose", perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["context_heads", "merged_shape"], ["y"], name="merge_reshape")]
@@ -116,12 +120,17 @@ def test_the_attention_family_switches_it_off():
     assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
 
 
-@pytest.mark.parametrize("form", ["unmasked", "queries_scaled_first"])
+@pytest.mark.parametrize("form", ["unmasked", "operands_scaled", "softmax_over_queries"])
 def test_other_forms(form):
-    """Without a mask the block still fuses; with the scale on the queries it is left alone."""
+    """Without a mask, or with Q and K scaled before the product, the block still fuses; a
+    softmax over another axis than the keys' is left to the separate kernels."""
     masked = form != "unmasked"
-    model = _attention_model(1, 20, masked=masked, q_scaled=form == "queries_scaled_first")
+    model = _attention_model(1, 20, masked=masked, scaled_operands=form == "operands_scaled",
+                             softmax_axis=2 if form == "softmax_over_queries" else -1)
     compiled = tvm_fuse.build(model, "native")
-    assert len(_attention_kernels(compiled)) == (1 if form == "unmasked" else 0)
+    kernels = _attention_kernels(compiled)
+    assert len(kernels) == (0 if form == "softmax_over_queries" else 1)
+    if form == "operands_scaled":
+        assert {"q_scale", "k_scale", "scores", "softmax"} <= set(kernels[0]["onnx_nodes"])
     feed = _feed(1, 20, masked)
     assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)

@@ -1,14 +1,16 @@
 """Give scaled dot-product attention, as BERT-style exporters write it, one kernel
 (`compute.attention`):
 
-    q4 = permute_dims(reshape(q, [B, S, H, D]), [0, 2, 1, 3])      (k4 likewise, as K^T; v4 as q4)
+    q4 = permute_dims(reshape(q, [B, S, H, D]), [0, 2, 1, 3]) [* c]   (k4 likewise, as K^T; v4 unscaled)
     p = softmax(matmul(q4, k4) [* c | / c] [+ mask], axis=-1)
     out = reshape(permute_dims(matmul(p, v4), [0, 2, 1, 3]), [B, S, H * D])
 
 Q, K and V are read where their dense layers wrote them and the result is written as the next
 dense layer reads it, so the head transposes and the score tensors of the ops it replaces
-never reach memory. A chain of another form (another layout of the heads, a mask of another
-dtype, a softmax over another axis) is left as it was, to `LowerMatmuls` and `LowerRowwise`."""
+never reach memory. The scale may also come as a factor on Q and one on K^T before the product,
+as torch exports `scaled_dot_product_attention`. A chain of another form (another layout of the
+heads, a mask of another dtype, a softmax over another axis) is left as it was, to
+`LowerMatmuls` and `LowerRowwise`."""
 
 from __future__ import annotations
 
@@ -71,8 +73,12 @@ class _AttentionFuser(relax.PyExprMutator):
             return None
         steps.append(scores)
         operands = []
-        for operand, axes in ((scores_value.args[0], _HEADS_FIRST), (scores_value.args[1], _KEYS_AS_COLUMNS),
-                              (product.args[1], _HEADS_FIRST)):
+        for operand, axes, scaled in ((scores_value.args[0], _HEADS_FIRST, True),
+                                      (scores_value.args[1], _KEYS_AS_COLUMNS, True),
+                                      (product.args[1], _HEADS_FIRST, False)):
+            if scaled:  # torch's exported scaled_dot_product_attention scales Q and K^T by sqrt(c) each
+                operand, factor = self._scaled(operand, steps)
+                scale *= factor
             source = self._heads(operand, axes, steps)
             if source is None:
                 return None
@@ -87,20 +93,25 @@ class _AttentionFuser(relax.PyExprMutator):
 
     def _prologue(self, data):
         """((scores, scale, mask or None), bindings) of `data = scores [* c | / c] [+ mask]`."""
-        steps, scale, mask = [], 1.0, None
+        steps, mask = [], None
         value = self.values.get(data)
         if is_op(value, "relax.add") and self._only_reader(data) and _mask_like(value.args[1]) \
                 and _same_dim(value.ty.shape, value.args[0].ty.shape):  # the mask broadcasts to the scores
             steps.append(data)
             data, mask = value.args
-            value = self.values.get(data)
+        data, scale = self._scaled(data, steps)
+        return (data, scale, mask), steps
+
+    def _scaled(self, data, steps: list):
+        """(x, c) of `data = x * c` (or `x / d`, c = 1 / d) by a scalar constant, when only one
+        binding reads `data` (its own binding then joins `steps`); (data, 1.0) otherwise."""
+        value = self.values.get(data)
         if is_op(value, "relax.multiply", "relax.divide") and self._only_reader(data):
             constant = scalar_value(value.args[1])
             if constant is not None and constant != 0:
                 steps.append(data)
-                scale = constant if value.op.name == "relax.multiply" else 1.0 / constant
-                data = value.args[0]
-        return (data, scale, mask), steps
+                return value.args[0], constant if value.op.name == "relax.multiply" else 1.0 / constant
+        return data, 1.0
 
     def _heads(self, operand, axes: tuple, steps: list):
         """(x, heads, depth) if `operand` is `x [B, S, heads * depth]` split into heads and
