@@ -61,7 +61,7 @@ def _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale, seed=0
     q, k, v = (rng.standard_normal((batch, n, heads * depth)).astype(np.float32) for n in (queries, keys, keys))
     mask = None
     if mask_shape:
-        shape = [{"b": batch, "n": queries, "m": keys}.get(d, d) if isinstance(d, str) else d for d in mask_shape]
+        shape = [{"b": batch, "n": queries}.get(d, d) if isinstance(d, str) else d for d in mask_shape]
         shape[-1] = keys  # the last axis runs over the keys
         mask = np.where(rng.random(shape) < 0.3, MASKED, np.float32(0)).astype(np.float32)
         mask[..., 0] = 0  # every row keeps a key

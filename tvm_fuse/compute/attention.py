@@ -13,7 +13,7 @@ from __future__ import annotations
 from tvm import te, tirx, topi
 
 from . import SCHEDULE_RULE
-from .matmul import ROW_MULTIPLE, padded
+from .matmul import ROW_MULTIPLE, is_one, padded, static_value
 from .rowwise import row_reduction
 
 ATTENTION_RULE = "tvm_fuse.attention"
@@ -75,18 +75,23 @@ def pad_keys(mask: te.Tensor) -> te.Tensor:
 
 def keys_padded(keys) -> bool:
     """Whether the kernel computes `keys` keys padded (`pad_keys` pays off for its mask)."""
-    value = getattr(keys, "value", keys)
-    return not (isinstance(value, int) and value % KEY_MULTIPLE == 0)
+    return not _whole(keys, KEY_MULTIPLE)
+
+
+def _whole(dim, multiple: int) -> bool:
+    """Whether `dim` is a static multiple of `multiple` (computed as it is, unpadded)."""
+    value = static_value(dim)
+    return value is not None and value % multiple == 0
 
 
 def _padding(dim, multiple: int):
     """`dim` rounded up to a multiple of `multiple`; `real(index, value, past=0)`: `value`
     where `index` is inside `dim`, `past` beyond; `inside(index)`: the index to read, the
     last one inside `dim` for the padding."""
-    value = getattr(dim, "value", dim)
-    if isinstance(value, int) and value % multiple == 0:
+    if _whole(dim, multiple):
         return dim, lambda index, inside, past=None: inside, lambda index: index
-    rounded = (value + multiple - 1) // multiple * multiple if isinstance(value, int) else padded(dim, multiple)
+    value = static_value(dim)
+    rounded = (value + multiple - 1) // multiple * multiple if value is not None else padded(dim, multiple)
 
     def real(index, inside, past=None):  # a select, not a branch: what `inside` reads is in bounds
         return tirx.Select(index < dim, inside, tirx.const(0.0, "float32") if past is None else past)
@@ -97,8 +102,4 @@ def _padding(dim, multiple: int):
 def _mask_value(mask: te.Tensor, index):
     """`mask` at scores `index` (b, h, i, j), broadcast from the right."""
     offset = 4 - len(mask.shape)
-    return mask[tuple(0 if _is_one(dim) else index[offset + a] for a, dim in enumerate(mask.shape))]
-
-
-def _is_one(dim) -> bool:
-    return getattr(dim, "value", dim) == 1
+    return mask[tuple(0 if is_one(dim) else index[offset + a] for a, dim in enumerate(mask.shape))]

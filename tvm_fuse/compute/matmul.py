@@ -24,28 +24,30 @@ COLUMN_MULTIPLE = 16  # and symbolic column counts to this: a zmm vector of fp32
 
 def padded(dim, multiple: int = ROW_MULTIPLE):
     """`dim`, or a symbolic one rounded up to a multiple of `multiple`."""
-    return dim if isinstance(_static(dim), int) else (dim + multiple - 1) // multiple * multiple
+    return dim if isinstance(static_value(dim), int) else (dim + multiple - 1) // multiple * multiple
 
 
 def clamped(index, dim):
     """`index` along `dim` in a product computed `padded`: the padding reads the last element."""
-    return index if isinstance(_static(dim), int) else te.min(index, dim - 1)
+    return index if isinstance(static_value(dim), int) else te.min(index, dim - 1)
 
 
 def cropped(product: te.Tensor, shape) -> te.Tensor:
     """`product` (computed with padded dims) as `shape`; itself if nothing was padded."""
-    if all(_same(a, b) for a, b in zip(product.shape, shape)):
+    if all(same_dim(a, b) for a, b in zip(product.shape, shape)):
         return product
     return te.compute(shape, lambda *i: product(*i), name="crop")
 
 
-def _same(a, b) -> bool:
-    if _static(a) is not None or _static(b) is not None:
-        return _static(a) == _static(b)
+def same_dim(a, b) -> bool:
+    """Whether two dims (or shapes) are the same: equal values, or the same symbolic expression."""
+    if static_value(a) is not None or static_value(b) is not None:
+        return static_value(a) == static_value(b)
     return tvm_ffi.structural_equal(a, b)
 
 
-def _static(dim):
+def static_value(dim) -> int | None:
+    """A dim's value as an int, None when symbolic."""
     value = getattr(dim, "value", dim)
     return value if isinstance(value, int) else None
 
@@ -96,7 +98,7 @@ def matmul(x: te.Tensor, weight: te.Tensor) -> te.Tensor:
     """numpy's `x @ weight`, both of rank >= 2."""
     lead = max(len(x.shape), len(weight.shape)) - 2
     out_lead = [
-        _lead_dim(x, a, lead) if not _is_one(_lead_dim(x, a, lead)) else _lead_dim(weight, a, lead)
+        _lead_dim(x, a, lead) if not is_one(_lead_dim(x, a, lead)) else _lead_dim(weight, a, lead)
         for a in range(lead)
     ]
     k = te.reduce_axis((0, x.shape[-1]), name="k")
@@ -127,8 +129,9 @@ def _broadcast(tensor: te.Tensor, batch) -> list:
     """`tensor`'s leading indices for output batch index `batch` (size-1 dims read index 0)."""
     dims = tensor.shape[:-2]
     offset = len(batch) - len(dims)
-    return [0 if _is_one(d) else batch[offset + a] for a, d in enumerate(dims)]
+    return [0 if is_one(d) else batch[offset + a] for a, d in enumerate(dims)]
 
 
-def _is_one(dim) -> bool:
+def is_one(dim) -> bool:
+    """A dim of 1, which broadcasting reads at index 0."""
     return (isinstance(dim, int) and dim == 1) or getattr(dim, "value", None) == 1

@@ -15,11 +15,11 @@ heads, a mask of another dtype, a softmax over another axis) is left as it was, 
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from .. import provenance
 from ..compute.attention import attention, keys_padded, pad_keys
+from ..compute.matmul import same_dim, static_value
 from ..patterns.table import PATTERN_ATTR
 from .lower_matmuls import KERNEL_ATTR
 from .rebind import is_op, mutate_functions, scalar_value, use_counts
@@ -85,9 +85,9 @@ class _AttentionFuser(relax.PyExprMutator):
             operands.append(source)
         (q, heads, depth), (k, *k_split), (v, *v_split) = operands
         batches = [x.ty.shape[0] for x in (q, k, v)]
-        if not (k_split == v_split == [heads, depth] and _known_width(value, heads * depth) and _rows(k) != 1
-                and _same_dim(batches[0], batches[1]) and _same_dim(batches[0], batches[2])
-                and _same_dim(k.ty.shape[1], v.ty.shape[1])):
+        if not (k_split == v_split == [heads, depth] and _known_width(value, heads * depth)
+                and static_value(k.ty.shape[1]) != 1 and same_dim(k.ty.shape[1], v.ty.shape[1])
+                and same_dim(batches[0], batches[1]) and same_dim(batches[0], batches[2])):
             return None
         return (q, k, v, mask, heads, scale, steps)
 
@@ -96,7 +96,7 @@ class _AttentionFuser(relax.PyExprMutator):
         steps, mask = [], None
         value = self.values.get(data)
         if is_op(value, "relax.add") and self._only_reader(data) and _mask_like(value.args[1]) \
-                and _same_dim(value.ty.shape, value.args[0].ty.shape):  # the mask broadcasts to the scores
+                and same_dim(value.ty.shape, value.args[0].ty.shape):  # the mask broadcasts to the scores
             steps.append(data)
             data, mask = value.args
         data, scale = self._scaled(data, steps)
@@ -131,9 +131,9 @@ class _AttentionFuser(relax.PyExprMutator):
                         for t in (value.ty, x.ty))
         if split is None or whole is None or len(split) != 4 or len(whole) != 3 or not _fp32(x):
             return None
-        heads, depth, width = (_static(d) for d in (split[2], split[3], whole[2]))
+        heads, depth, width = (static_value(d) for d in (split[2], split[3], whole[2]))
         if None in (heads, depth, width) or heads * depth != width or not all(
-                _same_dim(a, b) for a, b in zip(split[:2], whole[:2])):
+                same_dim(a, b) for a, b in zip(split[:2], whole[:2])):
             return None
         visited.append(operand)
         steps.extend(v for v in visited if self._only_reader(v))
@@ -145,7 +145,7 @@ class _AttentionFuser(relax.PyExprMutator):
             return super().visit_var_binding_(binding)
         q, k, v, mask, heads, scale, steps = match
         operands = [self.visit_expr(e) for e in (q, k, v)]
-        padded = mask is not None and _static(mask.ty.shape[-1]) != 1 and keys_padded(k.ty.shape[1])
+        padded = mask is not None and static_value(mask.ty.shape[-1]) != 1 and keys_padded(k.ty.shape[1])
         if mask is not None:
             operands.append(self._padded_mask(mask) if padded else self.visit_expr(mask))
         kernel = self.builder_.call_te(
@@ -183,19 +183,7 @@ def _mask_like(mask: relax.Expr) -> bool:
 
 def _known_width(expr: relax.Expr, width: int) -> bool:
     shape = expr.ty.shape
-    return shape is not None and len(shape) == 3 and _static(shape[2]) == width
-
-
-def _rows(x: relax.Expr) -> int | None:
-    return _static(x.ty.shape[1])
-
-
-def _static(dim) -> int | None:
-    return int(dim) if isinstance(dim, tvm.tirx.IntImm) else None
-
-
-def _same_dim(a, b) -> bool:
-    return tvm_ffi.structural_equal(a, b)
+    return shape is not None and len(shape) == 3 and static_value(shape[2]) == width
 
 
 def FuseAttention(lanes: int) -> tvm.transform.Pass:

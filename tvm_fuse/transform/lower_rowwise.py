@@ -77,8 +77,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
                     return ("wrapped", leaf(value.args[2]), int(count))
             return leaf(expr)
 
-        shape = tree(data, top=self.uses[data] == 1)
-        return shape, leaves, steps
+        return tree(data, top=self.uses[data] == 1), leaves, steps
 
     def _prologue(self, data: relax.Expr):
         """(scores, scale or None, mask or None) of `data = scores * scale + mask`, and the
@@ -101,10 +100,10 @@ class _RowwiseLowerer(relax.PyExprMutator):
         call = binding.value
         op = call.op.name if isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op) else None
         if op == "relax.nn.layer_norm" and _layer_norm_lowerable(call, self.lanes):
-            shape, leaves, steps = self._sum_prologue(call.args[0])
+            prologue, leaves, steps = self._sum_prologue(call.args[0])
             epsilon = float(call.attrs.epsilon)
             kernel = self.builder_.call_te(
-                lambda gamma, beta, *xs: layer_norm_rows(_expanded(shape, xs), gamma, beta, epsilon, self.lanes),
+                lambda gamma, beta, *xs: layer_norm_rows(_expanded(prologue, xs), gamma, beta, epsilon, self.lanes),
                 *(self.visit_expr(e) for e in (*call.args[1:], *leaves)), primfunc_name_hint="layer_norm",
                 primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
             own = provenance.span_nodes(call) or [provenance.node_index(binding.var)]  # a recomposed norm's nodes
