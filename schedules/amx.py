@@ -18,6 +18,8 @@ for any target with amx-tile (`-mcpu=sapphirerapids`) and run only where the OS 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import tvm
@@ -74,10 +76,26 @@ class Tiles:
 def tile_product(kind: TileKind, tiles: Tiles, k: int) -> str:
     """The registered name of the intrinsic for a C block of `tiles` over a reduction of `k`
     (a multiple of `kind.depth`), registering it on first use."""
-    name = f"tvm_fuse.amx_{kind.name}_{tiles.row_tiles}x{tiles.rows}_{tiles.column_tiles}x{COLUMNS}_k{k}"
+    emulated = _EMULATED.get()
+    name = f"tvm_fuse.amx_{kind.name}_{tiles.row_tiles}x{tiles.rows}_{tiles.column_tiles}x{COLUMNS}_k{k}" \
+        + ("_emulated" if emulated else "")
     if TensorIntrin.get(name, allow_missing=True) is None:
-        _register(name, kind, tiles, k)
+        _register(name, kind, tiles, k, emulated)
     return name
+
+
+@contextmanager
+def emulated_tiles():
+    """Within this block, tile programs are scheduled as their emulation (`_EmulatedTiles`):
+    plain loops with no tile instruction, which run on any host. For tests of the programs."""
+    token = _EMULATED.set(True)
+    try:
+        yield
+    finally:
+        _EMULATED.reset(token)
+
+
+_EMULATED = ContextVar("tvm_fuse.emulated_tiles", default=False)
 
 
 def tensorize_tiles(sch: s_tir.Schedule, loop, kind: TileKind, tiles: Tiles, k: int) -> None:
@@ -94,7 +112,7 @@ def tensorize_tiles(sch: s_tir.Schedule, loop, kind: TileKind, tiles: Tiles, k: 
     sch.state.replace(sch.get_sref(block), new, {old: new})
 
 
-def _register(name: str, kind: TileKind, tiles: Tiles, k: int) -> None:
+def _register(name: str, kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> None:
     """`desc` is the update TVM matches (C += A B over all of K); the tile program zeroes its C
     tiles rather than loading C, so the block it replaces must span the whole reduction and
     have its init dropped (`tensorize_tiles`): then C = A B is exactly that block."""
@@ -125,22 +143,20 @@ def _register(name: str, kind: TileKind, tiles: Tiles, k: int) -> None:
                         C[vi, vj] = C[vi, vj] + kind.product(A[vi, vkw * pack + vkp],
                                                              B[vj // COLUMNS, vkw, vj % COLUMNS, vkp])
 
-    TensorIntrin.register(name, desc, _impl(kind, tiles, k))
+    TensorIntrin.register(name, desc, _impl(kind, tiles, k, emulated))
 
 
-def _impl(kind: TileKind, tiles: Tiles, k: int) -> tirx.PrimFunc:
+def _impl(kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> tirx.PrimFunc:
     """The tile program of `_register`'s description, built statement by statement (TVMScript
-    has no Python-level loops, and every tile number must be an immediate)."""
+    has no Python-level loops, and every tile number must be an immediate), on the hardware's
+    tile instructions or on their emulation (`_EmulatedTiles`)."""
     height, width, pack, words = tiles.rows * tiles.row_tiles, tiles.column_tiles * COLUMNS, kind.pack, k // kind.pack
     # Tile registers: C tiles first (row-major), then A tiles, then B tiles.
     c_tiles = {(r, c): r * tiles.column_tiles + c for r in range(tiles.row_tiles) for c in range(tiles.column_tiles)}
     a_tiles = [len(c_tiles) + r for r in range(tiles.row_tiles)]
     b_tiles = [len(c_tiles) + tiles.row_tiles + c for c in range(tiles.column_tiles)]
-    tile_rows = [tiles.rows] * (len(c_tiles) + tiles.row_tiles) + [COLUMNS] * tiles.column_tiles
-    a_bytes, c_bytes = tvm.DataType(kind.a).bits // 8, tvm.DataType(kind.c).bits // 8
-
-    def intrinsic(name: str, *args) -> None:
-        tb.evaluate(tb.call_llvm_intrin("void", name, *args))
+    shapes = [(tiles.rows, kind.c)] * len(c_tiles) + [(tiles.rows, kind.a)] * tiles.row_tiles \
+        + [(COLUMNS, kind.b)] * tiles.column_tiles  # (rows, element type) per tile register
 
     with IRBuilder() as builder:
         with tb.prim_func(s_tir=True):
@@ -154,32 +170,117 @@ def _impl(kind: TileKind, tiles: Tiles, k: int) -> tirx.PrimFunc:
             with tb.sblock("root"):
                 tb.reads(A[0:height, 0:k], B[0:tiles.column_tiles, 0:words, 0:COLUMNS, 0:pack])
                 tb.writes(C[0:height, 0:width])
-                # The 64-byte tile configuration: palette 1 at byte 0; from byte 16 each tile's
-                # bytes per row (2 bytes each), from byte 48 its rows (1 byte each).
-                config = tb.alloc_buffer((64,), "uint8", scope="local")
-                with tb.serial(0, 64) as byte:
-                    tb.buffer_store(config, tb.uint8(0), [byte])
-                tb.buffer_store(config, tb.uint8(1), [0])
-                for tile, count in enumerate(tile_rows):
-                    tb.buffer_store(config, tb.uint8(ROW_BYTES), [16 + 2 * tile])
-                    tb.buffer_store(config, tb.uint8(count), [48 + tile])
-                intrinsic("llvm.x86.ldtilecfg", config.access_ptr("r"))
-                for tile in c_tiles.values():
-                    intrinsic("llvm.x86.tilezero", tb.int8(tile))
-                with tb.serial(0, k // kind.depth) as step:
-                    for r, tile in enumerate(a_tiles):
-                        offset = r * tiles.rows * a_stride + step * kind.depth
-                        intrinsic("llvm.x86.tileloadd64", tb.int8(tile), A.access_ptr("r", offset=offset),
-                                  (a_stride * a_bytes).astype("int64"))
-                    for c, tile in enumerate(b_tiles):
-                        offset = (c * words + step * COLUMNS) * COLUMNS * pack
-                        intrinsic("llvm.x86.tileloadd64", tb.int8(tile), B.access_ptr("r", offset=offset),
-                                  tb.int64(ROW_BYTES))
+                with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine:
+                    for tile in c_tiles.values():
+                        machine.zero(tile)
+                    with tb.serial(0, k // kind.depth) as step:
+                        for r, tile in enumerate(a_tiles):
+                            machine.load(tile, A, r * tiles.rows * a_stride + step * kind.depth, a_stride)
+                        for c, tile in enumerate(b_tiles):
+                            machine.load(tile, B, (c * words + step * COLUMNS) * COLUMNS * pack, COLUMNS * pack)
+                        for (r, c), tile in c_tiles.items():
+                            machine.product(kind, tile, a_tiles[r], b_tiles[c])
                     for (r, c), tile in c_tiles.items():
-                        intrinsic(kind.instruction, tb.int8(tile), tb.int8(a_tiles[r]), tb.int8(b_tiles[c]))
-                for (r, c), tile in c_tiles.items():
-                    offset = r * tiles.rows * c_stride + c * COLUMNS
-                    intrinsic("llvm.x86.tilestored64", tb.int8(tile), C.access_ptr("w", offset=offset),
-                              (c_stride * c_bytes).astype("int64"))
-                intrinsic("llvm.x86.tilerelease")
+                        machine.store(tile, C, r * tiles.rows * c_stride + c * COLUMNS, c_stride)
     return builder.get()
+
+
+def _intrinsic(name: str, *args) -> None:
+    tb.evaluate(tb.call_llvm_intrin("void", name, *args))
+
+
+class _HardwareTiles:
+    """The tile instructions, emitted into the program being built. Offsets and strides are in
+    elements of the buffer a tile is loaded from or stored to; rows are 64 bytes."""
+
+    def __init__(self, shapes: list[tuple[int, str]], buffers: list[tirx.Buffer]):
+        self.shapes = shapes
+
+    def __enter__(self) -> _HardwareTiles:
+        # The 64-byte tile configuration: palette 1 at byte 0; from byte 16 each tile's bytes
+        # per row (2 bytes each), from byte 48 its rows (1 byte each).
+        config = tb.alloc_buffer((64,), "uint8", scope="local")
+        with tb.serial(0, 64) as byte:
+            tb.buffer_store(config, tb.uint8(0), [byte])
+        tb.buffer_store(config, tb.uint8(1), [0])
+        for tile, (rows, _) in enumerate(self.shapes):
+            tb.buffer_store(config, tb.uint8(ROW_BYTES), [16 + 2 * tile])
+            tb.buffer_store(config, tb.uint8(rows), [48 + tile])
+        _intrinsic("llvm.x86.ldtilecfg", config.access_ptr("r"))
+        return self
+
+    def __exit__(self, *error) -> None:
+        _intrinsic("llvm.x86.tilerelease")
+
+    def zero(self, tile: int) -> None:
+        _intrinsic("llvm.x86.tilezero", tb.int8(tile))
+
+    def load(self, tile: int, buffer: tirx.Buffer, offset, stride) -> None:
+        _intrinsic("llvm.x86.tileloadd64", tb.int8(tile), buffer.access_ptr("r", offset=offset),
+                   _bytes(stride, buffer.dtype))
+
+    def product(self, kind: TileKind, c: int, a: int, b: int) -> None:
+        _intrinsic(kind.instruction, tb.int8(c), tb.int8(a), tb.int8(b))
+
+    def store(self, tile: int, buffer: tirx.Buffer, offset, stride) -> None:
+        _intrinsic("llvm.x86.tilestored64", tb.int8(tile), buffer.access_ptr("w", offset=offset),
+                   _bytes(stride, buffer.dtype))
+
+
+def _bytes(stride, dtype: str) -> tirx.PrimExpr:
+    return (tirx.const(stride, "int32") if isinstance(stride, int) else stride).astype("int64") \
+        * (tvm.DataType(dtype).bits // 8)
+
+
+class _EmulatedTiles:
+    """The same program on tile registers emulated in scalar TIR: each register a local buffer
+    of its rows x 64 bytes (as elements of the type the program keeps in it), each instruction
+    the loops of its definition in Intel's manual, each load and store at the element offset and
+    row stride the hardware would take. It runs on any host, so every address, stride and tile
+    number of a tile program is tested where AMX is absent; only the instructions themselves need
+    an AMX host (the `amx` tests)."""
+
+    def __init__(self, shapes: list[tuple[int, str]], buffers: list[tirx.Buffer]):
+        self.shapes, self.buffers = shapes, buffers
+
+    def __enter__(self) -> _EmulatedTiles:
+        self.registers = [tb.alloc_buffer((rows, ROW_BYTES // _size(dtype)), dtype, scope="local")
+                          for rows, dtype in self.shapes]
+        # Each operand's memory as one dimension from its first element, as the hardware
+        # addresses it; the bound is one no kernel's operand reaches.
+        self.flat = [(buffer, tb.decl_buffer((1 << 30,), buffer.dtype, data=buffer.data,
+                                             elem_offset=buffer.elem_offset, scope=buffer.scope()))
+                     for buffer in self.buffers]
+        return self
+
+    def __exit__(self, *error) -> None:
+        pass
+
+    def zero(self, tile: int) -> None:
+        register = self.registers[tile]
+        with tb.grid(*register.shape) as (i, j):
+            tb.buffer_store(register, tirx.const(0, register.dtype), [i, j])
+
+    def load(self, tile: int, buffer: tirx.Buffer, offset, stride) -> None:
+        register, flat = self.registers[tile], self._flat(buffer)
+        with tb.grid(*register.shape) as (i, j):
+            tb.buffer_store(register, flat[offset + i * stride + j], [i, j])
+
+    def store(self, tile: int, buffer: tirx.Buffer, offset, stride) -> None:
+        register, flat = self.registers[tile], self._flat(buffer)
+        with tb.grid(*register.shape) as (i, j):
+            tb.buffer_store(flat, register[i, j], [offset + i * stride + j])
+
+    def product(self, kind: TileKind, c: int, a: int, b: int) -> None:
+        """C[m, n] += sum over k and p of A[m, k * pack + p] * B[k, n * pack + p]."""
+        C, A, B = (self.registers[t] for t in (c, a, b))
+        rows, columns = C.shape
+        with tb.grid(rows, columns, COLUMNS, kind.pack) as (m, n, word, p):
+            tb.buffer_store(C, C[m, n] + kind.product(A[m, word * kind.pack + p], B[word, n * kind.pack + p]), [m, n])
+
+    def _flat(self, buffer: tirx.Buffer) -> tirx.Buffer:
+        return next(flat for operand, flat in self.flat if operand.same_as(buffer))
+
+
+def _size(dtype: str) -> int:
+    return tvm.DataType(dtype).bits // 8

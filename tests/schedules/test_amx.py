@@ -1,7 +1,7 @@
 """The matrix engine (AMX): bf16 dense layers on tiles where the target has AMX-BF16, the tile
 intrinsics (bf16 and u8 x s8) and their knobs. The assembly tests compile for
-`-mcpu=sapphirerapids` and run on any host; the execution tests (marker `amx`) need a host
-whose OS lets this process use AMX."""
+`-mcpu=sapphirerapids` and run on any host; the execution tests run each tile program in
+emulation on any host, and on the tiles (marker `amx`) where the OS lets this process use AMX."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import tvm
 from tvm import te
 
 import tvm_fuse
-from tests.conftest import dense_model
+from tests.conftest import dense_model, ort_outputs
+from tvm_fuse.models.built import transformer_encoder
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute import SCHEDULE_RULE
 from tvm_fuse.compute.bf16 import bits_of, pack_dense_pairs, value_of
@@ -22,8 +23,8 @@ from tvm_fuse.compute.dense_bf16 import dense_packed_bf16
 from tvm_fuse.compute.matmul import pack_dense_weight
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
-from tvm_fuse.schedules.amx import Tiles
-from tvm_fuse.target import parse_target
+from tvm_fuse.schedules.amx import Tiles, emulated_tiles
+from tvm_fuse.target import host_cpu, host_features, parse_target
 
 SAPPHIRE_RAPIDS = "llvm -mcpu=sapphirerapids"
 TILE_INSTRUCTION = re.compile(r"\b(ldtilecfg|sttilecfg|tilezero|tileloadd\w*|tilestored|tilerelease|tdp\w+)\b")
@@ -125,41 +126,74 @@ def test_tuned_tiles_beyond_the_registers_fall_back_to_the_default():
     assert scheduled.attrs[KNOBS_ATTR] == "default"
 
 
-def _run_bf16(rows, k, n, knobs=None):
+# Each tile program runs twice where AMX exists: as its emulation (`amx.emulated_tiles`, plain
+# loops on any host: every address, stride and tile number the program uses) and on the tiles.
+PROGRAMS = ["emulated", pytest.param("tiles", marks=pytest.mark.amx)]
+
+
+def _executable(func, program: str, knobs: dict | None = None):
+    if program == "emulated":
+        with emulated_tiles():
+            kernel = _compiled(func, "native", knobs)
+        assert not TILE_INSTRUCTION.search(kernel.mod.inspect_source("asm"))
+        return kernel
+    return _compiled(func, "native", knobs)
+
+
+def _run_bf16(rows, k, n, program, knobs=None):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((*rows, k)).astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     out = tvm.runtime.tensor(np.zeros((*rows, n), np.float32))
-    kernel = _compiled(_bf16_kernel(rows, k, n), "native", knobs)
+    kernel = _executable(_bf16_kernel(rows, k, n), program, knobs)
     kernel["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(pack_dense_pairs(pack_dense_weight(w, 16))), out)
     # bf16 products are exact in fp32; the tiles sum them in fp32 in their own order.
     expected = value_of(bits_of(x)).astype(np.float64) @ value_of(bits_of(w)).astype(np.float64) + 1.0
     np.testing.assert_allclose(out.numpy(), expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
 
-@pytest.mark.amx
+@pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("rows, k, n", [((1,), 384, 1536), ((7,), 64, 48), ((32,), 64, 64), ((2, 7), 32, 32),
                                         ((12,), 384, 96), ((128,), 384, 384)])
-def test_the_bf16_amx_dense_equals_the_product_of_the_rounded_operands(rows, k, n):
-    _run_bf16(rows, k, n)
+def test_the_bf16_amx_dense_equals_the_product_of_the_rounded_operands(rows, k, n, program):
+    _run_bf16(rows, k, n, program)
 
 
-@pytest.mark.amx
-def test_every_tile_setting_computes_the_same_product():
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_tile_setting_computes_the_same_product(program):
     for knobs in knob_space(_bf16_kernel((32,), 96, 96), 16):
-        _run_bf16((32,), 96, 96, knobs)
+        _run_bf16((32,), 96, 96, program, knobs)
 
 
-@pytest.mark.amx
+@pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.parametrize("rows, k, n", [((1,), 64, 32), ((7,), 128, 48), ((32,), 256, 64), ((2, 16), 64, 96)])
-def test_the_int8_amx_dense_equals_numpy_exactly(rows, k, n):
+def test_the_int8_amx_dense_equals_numpy_exactly(rows, k, n, program):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (*rows, k), dtype=np.uint8)
     w = rng.integers(-128, 128, (k, n), dtype=np.int8)
     packed = np.ascontiguousarray(w.reshape(k // 4, 4, n // 16, 16).transpose(2, 0, 3, 1))  # [n/16, k/4, 16, 4]
     out = tvm.runtime.tensor(np.zeros((*rows, n), np.int32))
-    _compiled(_int8_kernel(rows, k, n), "native")["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), out)
+    _executable(_int8_kernel(rows, k, n), program)["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(packed), out)
     np.testing.assert_array_equal(out.numpy(), x.astype(np.int64) @ w.astype(np.int64))
+
+
+def _amx_target_build(model, monkeypatch, **options):
+    """`model` built for a host with AMX, its tile programs emulated, runnable here."""
+    with emulated_tiles():
+        built = tvm_fuse.build(model, f"llvm -mcpu={host_cpu()} -mattr=+amx-tile,+amx-int8,+amx-bf16", **options)
+    monkeypatch.setattr("tvm_fuse.target.host_features", lambda: host_features() | {"amx", "amx_bf16"})
+    return built
+
+
+@pytest.mark.avx512
+def test_a_bf16_model_for_an_amx_host_computes_its_dense_on_tiles(monkeypatch):
+    model = _amx_target_build(dense_model((16,), 128, 64), monkeypatch, precision="bf16")
+    assert not model.uses_amx  # emulated: no tile instruction
+    x = np.random.default_rng(1).standard_normal((16, 128)).astype(np.float32)
+    (y,) = model.run(None, {"x": x})
+    w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)  # dense_model's weight
+    expected = np.maximum(value_of(bits_of(x)).astype(np.float64) @ value_of(bits_of(w)).astype(np.float64), 0)
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
 
 
 @pytest.mark.amx
@@ -171,3 +205,14 @@ def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
     w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)  # dense_model's weight
     expected = np.maximum(value_of(bits_of(x)).astype(np.float64) @ value_of(bits_of(w)).astype(np.float64), 0)
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.avx512
+def test_a_dynamic_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch):
+    encoder = transformer_encoder(batch=2, seq_len=32, hidden=64)
+    model = _amx_target_build(encoder, monkeypatch, quantize=QuantConfig(activations="dynamic"))
+    assert "vpdpbusd" not in model.assembly()  # every dense layer on (emulated) tiles, none on VNNI
+    feed = {"hidden_states": np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)}
+    (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
+    # As on VNNI (tests/quantization/test_int8_dense.py): each row's error about 1% of its range.
+    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
