@@ -18,6 +18,7 @@ from tvm import s_tir
 
 from . import (
     attention,
+    conv_amx,
     conv_nchw,
     conv_nchwc,
     conv_nchwc_bf16,
@@ -61,6 +62,7 @@ RULES = {
                                 dense_dot.knob_space),
     "tvm_fuse.dense_int8": Rule(dense_int8.schedule, dense_packed.DensePackedKnobs, dense_dot.default_knobs,
                                 dense_dot.knob_space),
+    "tvm_fuse.conv_nchwc_amx": Rule(conv_amx.schedule, Tiles, conv_amx.default_knobs, conv_amx.knob_space),
     "tvm_fuse.dense_amx": Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
     "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,

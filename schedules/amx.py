@@ -2,21 +2,27 @@
 whole reduction K on the matrix engine (Intel AMX: `tdpbf16ps` for bf16, `tdpbusd` for u8 x s8).
 
 One intrinsic call is the whole life of the tiles: load the tile configuration (in the calling
-thread: each parallel task configures its own), zero the C tiles, then for each 64-byte step of
-K load `row_tiles` A tiles (`rows` rows of 64 bytes at the activation's row stride) and
-`column_tiles` B tiles (16 rows of 64 bytes: the packed weight [N/16, K/pack, 16, pack] IS the
-B-tile layout, 64 / pack K values per row) and multiply every A tile with every B tile into
+thread: each parallel task configures its own), zero the C tiles, then for each step of K load
+`row_tiles` A tiles and `column_tiles` B tiles and multiply every A tile with every B tile into
 its C tile; finally store C to the caller's buffer (a small stack tile the fused epilogue reads
 in AVX-512) and release the tiles. At most 8 tile registers: A + B + C tiles <= 8.
+- A dense (`tile_product`): each step is 64 bytes of K; A tiles are `rows` rows of the
+  activation at its row stride, B tiles 16 rows of 64 bytes: the packed weight [N/16, K/pack,
+  16, pack] IS the B-tile layout, 64 / pack K values per row.
+- A conv in NCHW{c}c (`conv_tile_product`): each step is one input channel block at one kernel
+  tap; A tiles are neighbouring output pixels' input (a row per pixel: its c channels, c x
+  bytes of at most 64, at the conv's stride), B tiles the tap's weights as VNNI / bf16 pair
+  packing lays them out (c / pack rows of 16 x pack).
 
 TVM 0.27 emits AMX through LLVM's x86 intrinsics on tile numbers (immediates); they compile
 for any target with amx-tile (`-mcpu=sapphirerapids`) and run only where the OS permits
-(`tvm_fuse.amx`). K differs per layer and the intrinsic covers all of it, so each
-(kind, tiles, K) is registered on first use.
+(`tvm_fuse.amx`). Shapes differ per layer and the intrinsic covers all of the reduction, so
+each (kind, tiles, shape) is registered on first use. Every program is built once for the
+hardware and once, for tests on any host, on emulated tile registers (`emulated_tiles`).
 """
-
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -84,6 +90,134 @@ def tile_product(kind: TileKind, tiles: Tiles, k: int) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class ConvWindow:
+    """The reduction of one output pixel of an NCHW{block}c conv: `chunks` input channel
+    blocks of `block` channels, a `kernel_h` x `kernel_w` window at `dilation`, and the input
+    step between neighbouring output pixels of a row (`stride`)."""
+    chunks: int
+    block: int
+    kernel_h: int
+    kernel_w: int
+    stride: int
+    dilation_h: int
+    dilation_w: int
+
+    def span(self, pixels: int) -> tuple[int, int]:
+        """(rows, columns) of the input that `pixels` neighbouring outputs of a row read."""
+        columns = (pixels - 1) * self.stride + (self.kernel_w - 1) * self.dilation_w + 1
+        return (self.kernel_h - 1) * self.dilation_h + 1, columns
+
+
+def conv_tile_product(kind: TileKind, tiles: Tiles, window: ConvWindow) -> str:
+    """The registered name of the tile program for a conv's C block of `tiles` (rows: output
+    pixels of a row; columns: 16-channel output blocks) over its whole `window`: one tile step
+    per input channel block and kernel tap, the A tile that tap's input pixels (one channel
+    block each, at the stride), the B tile the tap's packed weights, registering it on first use."""
+    emulated = _EMULATED.get()
+    w = window
+    name = (f"tvm_fuse.amx_conv_{kind.name}_{tiles.row_tiles}x{tiles.rows}_{tiles.column_tiles}x{COLUMNS}"
+            f"_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}_s{w.stride}_d{w.dilation_h}x{w.dilation_w}"
+            + ("_emulated" if emulated else ""))
+    if TensorIntrin.get(name, allow_missing=True) is None:
+        row_bytes = window.block * _size(kind.a)  # an A tile row: whole 4-byte words, at most 64 bytes
+        if not tiles.fits() or row_bytes % 4 or row_bytes > ROW_BYTES:
+            raise ValueError(f"{tiles} over {window}: more than {TILE_REGISTERS} tiles, or a channel block "
+                             f"that is not a tile row")
+        TensorIntrin.register(name, _conv_desc(kind, tiles, window), _conv_impl(kind, tiles, window, emulated))
+    return name
+
+
+def _conv_shapes(kind: TileKind, tiles: Tiles, window: ConvWindow) -> tuple:
+    """The shapes of the conv program's operands: A the input window [chunks, rows, columns,
+    block], B the weights of `column_tiles` output blocks [column_tiles, chunks, kh, kw,
+    block / pack, 16, pack], C the output blocks' accumulators [column_tiles, 1, pixels, 16]
+    (one output row)."""
+    pixels, w = tiles.rows * tiles.row_tiles, window
+    return ((w.chunks, *w.span(pixels), w.block),
+            (tiles.column_tiles, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, COLUMNS, kind.pack),
+            (tiles.column_tiles, 1, pixels, COLUMNS))
+
+
+def _conv_desc(kind: TileKind, tiles: Tiles, window: ConvWindow) -> tirx.PrimFunc:
+    """C += the conv's sum, as `compute.conv_nchwc_int8` / `conv_nchwc_bf16` write it, in the
+    loop order `schedules.conv_amx` leaves; a loop of one iteration (a 1x1 kernel's taps, one
+    column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
+    w, pack = window, kind.pack
+    a_shape, b_shape, c_shape = _conv_shapes(kind, tiles, window)
+    extents = dict(oc=tiles.column_tiles, x=tiles.rows * tiles.row_tiles, lane=COLUMNS, ic=w.chunks,
+                   ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
+    looped = [name for name, extent in extents.items() if extent > 1]
+
+    with IRBuilder() as builder:
+        with tb.prim_func(s_tir=True):
+            tb.func_name("desc")
+            handles = [tb.arg(n, tb.handle()) for n in ("a", "b", "c")]
+            a_strides, c_strides = [tb.int32() for _ in range(3)], [tb.int32() for _ in range(3)]
+            A = tb.match_buffer(handles[0], a_shape, kind.a, strides=[*a_strides, 1], offset_factor=1)
+            B = tb.match_buffer(handles[1], b_shape, kind.b, offset_factor=1)
+            C = tb.match_buffer(handles[2], c_shape, kind.c, strides=[*c_strides, 1], offset_factor=1, scope="local")
+            with tb.sblock("root"):
+                tb.reads(*_whole(A), *_whole(B))
+                tb.writes(*_whole(C))
+                with tb.grid(*extents.values()) as loops:
+                    with tb.sblock("update"):
+                        kinds = "".join("S" if name in ("oc", "x", "lane") else "R" for name in looped)
+                        iterated = [loop for name, loop in zip(extents, loops) if name in looped]
+                        bound = tb.axis.remap(kinds, iterated)
+                        v = {name: tirx.const(0, "int32") for name in extents}
+                        v.update(zip(looped, list(bound) if len(looped) > 1 else [bound]))
+                        out = [v["oc"], 0, v["x"], v["lane"]]
+                        pixel = A[v["ic"], v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
+                                  v["g"] * pack + v["p"]]
+                        weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
+                        tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
+    return builder.get()
+
+
+def _whole(buffer: tirx.Buffer) -> list:
+    return [tirx.BufferRegion(buffer, [tvm.ir.Range(0, extent) for extent in buffer.shape])]
+
+
+def _conv_impl(kind: TileKind, tiles: Tiles, window: ConvWindow, emulated: bool) -> tirx.PrimFunc:
+    w = window
+    a_shape, b_shape, c_shape = _conv_shapes(kind, tiles, window)
+    c_tiles, a_tiles, b_tiles = _tile_numbers(tiles)
+    tap_words = math.prod(b_shape[4:])  # B elements of one (block, tap): block / pack rows of 16 x pack
+
+    with IRBuilder() as builder:
+        with tb.prim_func(s_tir=True):
+            tb.func_name("impl")
+            handles = [tb.arg(n, tb.handle()) for n in ("a", "b", "c")]
+            a_strides, c_strides = [tb.int32() for _ in range(3)], [tb.int32() for _ in range(3)]
+            A = tb.match_buffer(handles[0], a_shape, kind.a, strides=[*a_strides, 1], offset_factor=1)
+            B = tb.match_buffer(handles[1], b_shape, kind.b, offset_factor=1)
+            C = tb.match_buffer(handles[2], c_shape, kind.c, strides=[*c_strides, 1], offset_factor=1, scope="local")
+            with tb.sblock("root"):
+                tb.reads(A[0:a_shape[0], 0:a_shape[1], 0:a_shape[2], 0:a_shape[3]],
+                         B[0:b_shape[0], 0:b_shape[1], 0:b_shape[2], 0:b_shape[3], 0:b_shape[4], 0:b_shape[5],
+                           0:b_shape[6]])
+                tb.writes(C[0:c_shape[0], 0, 0:c_shape[2], 0:COLUMNS])
+                shapes = _shapes(kind, tiles, w.block * _size(kind.a))
+                with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine:
+                    for tile in c_tiles.values():
+                        machine.zero(tile)
+                    with tb.grid(w.chunks, w.kernel_h, w.kernel_w) as (ic, ky, kx):
+                        for r, tile in enumerate(a_tiles):
+                            pixel = r * tiles.rows * w.stride + kx * w.dilation_w
+                            offset = ic * a_strides[0] + ky * w.dilation_h * a_strides[1] + pixel * a_strides[2]
+                            machine.load(tile, A, offset, w.stride * a_strides[2])
+                        tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
+                        for c, tile in enumerate(b_tiles):
+                            machine.load(tile, B, ((c * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
+                                         COLUMNS * kind.pack)
+                        for (r, c), tile in c_tiles.items():
+                            machine.product(kind, tile, a_tiles[r], b_tiles[c])
+                    for (r, c), tile in c_tiles.items():
+                        machine.store(tile, C, c * c_strides[0] + r * tiles.rows * c_strides[2], c_strides[2])
+    return builder.get()
+
+
 @contextmanager
 def emulated_tiles():
     """Within this block, tile programs are scheduled as their emulation (`_EmulatedTiles`):
@@ -98,14 +232,15 @@ def emulated_tiles():
 _EMULATED = ContextVar("tvm_fuse.emulated_tiles", default=False)
 
 
-def tensorize_tiles(sch: s_tir.Schedule, loop, kind: TileKind, tiles: Tiles, k: int) -> None:
-    """Compute the block under `loop` (a C block of `tiles` over all `k` of the reduction) with
-    the tile program, and drop the block's init: the program's tilezero is C's init, and the
-    zeroing loop TVM keeps (a memset of the whole C block per task) would only be overwritten."""
+def tensorize_tiles(sch: s_tir.Schedule, loop, intrinsic: str) -> None:
+    """Compute the block under `loop` (a C block over the whole reduction) with the tile
+    program `intrinsic` (`tile_product`, `conv_tile_product`), and drop the block's init: the
+    program's tilezero is C's init, and the zeroing loop TVM keeps (a memset of the whole C
+    block per task) would only be overwritten."""
     block = sch.blockize(loop)
     if any(int(v.dom.extent) != 1 for v in sch.get(block).iter_vars if v.iter_type == tirx.IterVar.CommReduce):
-        raise ValueError(f"an AMX block must span the whole reduction (K={k})")
-    sch.tensorize(block, tile_product(kind, tiles, k))
+        raise ValueError(f"an AMX block must span the whole reduction ({intrinsic})")
+    sch.tensorize(block, intrinsic)
     old = sch.get(block)
     new = SBlock(old.iter_vars, old.reads, old.writes, old.name_hint, old.body, None,
                  old.alloc_buffers, old.match_buffers, old.annotations)
@@ -146,17 +281,29 @@ def _register(name: str, kind: TileKind, tiles: Tiles, k: int, emulated: bool) -
     TensorIntrin.register(name, desc, _impl(kind, tiles, k, emulated))
 
 
+def _shapes(kind: TileKind, tiles: Tiles, a_row_bytes: int) -> list[tuple[int, int, str]]:
+    """(rows, bytes per row, element type) of each tile register: C tiles, A tiles, B tiles
+    (whose rows are the 4-byte words of an A row)."""
+    return [(tiles.rows, ROW_BYTES, kind.c)] * (tiles.row_tiles * tiles.column_tiles) \
+        + [(tiles.rows, a_row_bytes, kind.a)] * tiles.row_tiles \
+        + [(a_row_bytes // 4, ROW_BYTES, kind.b)] * tiles.column_tiles
+
+
+def _tile_numbers(tiles: Tiles) -> tuple[dict[tuple[int, int], int], list[int], list[int]]:
+    """Tile registers: C tiles first (row-major), then A tiles, then B tiles."""
+    c_tiles = {(r, c): r * tiles.column_tiles + c for r in range(tiles.row_tiles) for c in range(tiles.column_tiles)}
+    a_tiles = [len(c_tiles) + r for r in range(tiles.row_tiles)]
+    b_tiles = [len(c_tiles) + tiles.row_tiles + c for c in range(tiles.column_tiles)]
+    return c_tiles, a_tiles, b_tiles
+
+
 def _impl(kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> tirx.PrimFunc:
     """The tile program of `_register`'s description, built statement by statement (TVMScript
     has no Python-level loops, and every tile number must be an immediate), on the hardware's
     tile instructions or on their emulation (`_EmulatedTiles`)."""
     height, width, pack, words = tiles.rows * tiles.row_tiles, tiles.column_tiles * COLUMNS, kind.pack, k // kind.pack
-    # Tile registers: C tiles first (row-major), then A tiles, then B tiles.
-    c_tiles = {(r, c): r * tiles.column_tiles + c for r in range(tiles.row_tiles) for c in range(tiles.column_tiles)}
-    a_tiles = [len(c_tiles) + r for r in range(tiles.row_tiles)]
-    b_tiles = [len(c_tiles) + tiles.row_tiles + c for c in range(tiles.column_tiles)]
-    shapes = [(tiles.rows, kind.c)] * len(c_tiles) + [(tiles.rows, kind.a)] * tiles.row_tiles \
-        + [(COLUMNS, kind.b)] * tiles.column_tiles  # (rows, element type) per tile register
+    c_tiles, a_tiles, b_tiles = _tile_numbers(tiles)
+    shapes = _shapes(kind, tiles, ROW_BYTES)
 
     with IRBuilder() as builder:
         with tb.prim_func(s_tir=True):
@@ -193,7 +340,7 @@ class _HardwareTiles:
     """The tile instructions, emitted into the program being built. Offsets and strides are in
     elements of the buffer a tile is loaded from or stored to; rows are 64 bytes."""
 
-    def __init__(self, shapes: list[tuple[int, str]], buffers: list[tirx.Buffer]):
+    def __init__(self, shapes: list[tuple[int, int, str]], buffers: list[tirx.Buffer]):
         self.shapes = shapes
 
     def __enter__(self) -> _HardwareTiles:
@@ -203,8 +350,8 @@ class _HardwareTiles:
         with tb.serial(0, 64) as byte:
             tb.buffer_store(config, tb.uint8(0), [byte])
         tb.buffer_store(config, tb.uint8(1), [0])
-        for tile, (rows, _) in enumerate(self.shapes):
-            tb.buffer_store(config, tb.uint8(ROW_BYTES), [16 + 2 * tile])
+        for tile, (rows, row_bytes, _) in enumerate(self.shapes):
+            tb.buffer_store(config, tb.uint8(row_bytes), [16 + 2 * tile])
             tb.buffer_store(config, tb.uint8(rows), [48 + tile])
         _intrinsic("llvm.x86.ldtilecfg", config.access_ptr("r"))
         return self
@@ -240,12 +387,12 @@ class _EmulatedTiles:
     number of a tile program is tested where AMX is absent; only the instructions themselves need
     an AMX host (the `amx` tests)."""
 
-    def __init__(self, shapes: list[tuple[int, str]], buffers: list[tirx.Buffer]):
+    def __init__(self, shapes: list[tuple[int, int, str]], buffers: list[tirx.Buffer]):
         self.shapes, self.buffers = shapes, buffers
 
     def __enter__(self) -> _EmulatedTiles:
-        self.registers = [tb.alloc_buffer((rows, ROW_BYTES // _size(dtype)), dtype, scope="local")
-                          for rows, dtype in self.shapes]
+        self.registers = [tb.alloc_buffer((rows, row_bytes // _size(dtype)), dtype, scope="local")
+                          for rows, row_bytes, dtype in self.shapes]
         # Each operand's memory as one dimension from its first element, as the hardware
         # addresses it; the bound is one no kernel's operand reaches.
         self.flat = [(buffer, tb.decl_buffer((1 << 30,), buffer.dtype, data=buffer.data,
@@ -275,7 +422,7 @@ class _EmulatedTiles:
         """C[m, n] += sum over k and p of A[m, k * pack + p] * B[k, n * pack + p]."""
         C, A, B = (self.registers[t] for t in (c, a, b))
         rows, columns = C.shape
-        with tb.grid(rows, columns, COLUMNS, kind.pack) as (m, n, word, p):
+        with tb.grid(rows, columns, int(A.shape[1]) // kind.pack, kind.pack) as (m, n, word, p):
             tb.buffer_store(C, C[m, n] + kind.product(A[m, word * kind.pack + p], B[word, n * kind.pack + p]), [m, n])
 
     def _flat(self, buffer: tirx.Buffer) -> tirx.Buffer:

@@ -65,7 +65,7 @@ def _reuses_input_rows(sch: s_tir.Schedule, block) -> bool:
 def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, channel_tile: int,
                               intrinsic: Callable[[int], str], lanes: int) -> None:
     """`intrinsic(lanes)`: the tensor intrinsic's name for an output block of `lanes` accumulators."""
-    epilogue = _inline_elementwise(sch, block)
+    epilogue = inline_elementwise(sch, block)
     for producer in sch.get_producers(block):
         sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
@@ -78,7 +78,7 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, chann
     store_tile(sch, write_back, epilogue, x_out, lanes, unroll=True)
 
 
-def _inline_elementwise(sch: s_tir.Schedule, anchor):
+def inline_elementwise(sch: s_tir.Schedule, anchor):
     """Inline every elementwise stage into the last one, which writes the output, and return
     it (None if the anchor writes it): the epilogue after the anchor, and before it what the
     anchor's direct producers (its padded input) read: the dequantization of a u8 residual,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from .amx import BF16, COLUMNS, INT8, MAX_ROWS, TileKind, Tiles, tensorize_tiles
+from .amx import BF16, COLUMNS, INT8, MAX_ROWS, TileKind, Tiles, tensorize_tiles, tile_product
 from .common import divisor, divisors, inline_epilogue, static_extent, store_tile, vectorize_innermost
 
 # Most C tiles first: 2x2 loads 4 tiles per 4 products, 1x3 4 per 3, 1x2 3 per 2.
-_TILE_GRIDS = [(2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1)]
+TILE_GRIDS = [(2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1)]
 
 
 def _kind(sch: s_tir.Schedule, block) -> TileKind:
@@ -35,14 +35,14 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> Tiles:
     rows, column_tiles = _extents(sch, block)
     tile_rows = divisor(rows, range(MAX_ROWS, 0, -1))
     row_tiles = rows // tile_rows if rows else 1
-    grid = next(g for g in _TILE_GRIDS if row_tiles % g[0] == 0 and column_tiles % g[1] == 0)
+    grid = next(g for g in TILE_GRIDS if row_tiles % g[0] == 0 and column_tiles % g[1] == 0)
     return Tiles(tile_rows, *grid)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[Tiles]:
     """Every tile shape M and N divide within the tile registers."""
     rows, column_tiles = _extents(sch, block)
-    return [Tiles(r, rt, ct) for r in divisors(rows, MAX_ROWS) for rt, ct in _TILE_GRIDS
+    return [Tiles(r, rt, ct) for r in divisors(rows, MAX_ROWS) for rt, ct in TILE_GRIDS
             if (rows // r if rows else 1) % rt == 0 and column_tiles % ct == 0]
 
 
@@ -67,5 +67,5 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: Tiles | None = None)
     write_back = sch.cache_write(block, 0, "local")  # the C block on the stack, for the epilogue
     sch.reverse_compute_at(write_back, outer)
     # A block of one row has no row loop for the tile program to take (`amx` describes it so).
-    tensorize_tiles(sch, rows_in if knobs.rows * knobs.row_tiles > 1 else columns_in, kind, knobs, depth)
+    tensorize_tiles(sch, rows_in if knobs.rows * knobs.row_tiles > 1 else columns_in, tile_product(kind, knobs, depth))
     store_tile(sch, write_back, epilogue, outer, lanes)

@@ -11,7 +11,10 @@ from hypothesis.extra.numpy import arrays
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, dense_model, ort_outputs, tiny_model
+from tests.quantization.models import residual_block
+from tests.quantization.test_int8_build import TABLE
 from tvm_fuse import ExportError, InputError
+from tvm_fuse.target import host_cpu
 
 pytestmark = pytest.mark.avx512
 
@@ -216,15 +219,42 @@ def test_a_model_compiled_for_features_the_host_lacks_refuses_to_run(monkeypatch
         model.run(None, {"x": _x()})
 
 
-def test_a_model_on_amx_tiles_refuses_to_run_where_the_os_denies_amx(monkeypatch, tmp_path):
-    # Cross-compiled for Sapphire Rapids (on any host): its bf16 dense runs on AMX tiles.
-    model = tvm_fuse.build(dense_model((32,), 64, 64), "llvm -mcpu=sapphirerapids", precision="bf16")
-    loaded = tvm_fuse.load(model.export(tmp_path / "amx.so"))
-    assert model.uses_amx and loaded.uses_amx
+def _amx_model(tmp_path):
+    """The int8 residual block for this host's CPU with AMX added (real tile instructions),
+    its export reloaded, and the input."""
+    target = f"llvm -mcpu={host_cpu()} -mattr=+amx-tile,+amx-int8,+amx-bf16"
+    model = tvm_fuse.build(residual_block(), target, quantize=tvm_fuse.QuantConfig(calibration=TABLE))
+    x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    return model, tvm_fuse.load(model.export(tmp_path / "amx.so")), x
+
+
+@pytest.mark.vnni
+def test_where_the_os_denies_amx_a_model_runs_its_build_without_amx(monkeypatch, tmp_path):
+    model, loaded, x = _amx_model(tmp_path)
+    assert model.uses_amx and model.fallback is not None and not model.fallback.uses_amx
+    assert "amx" not in model.fallback.features and loaded.fallback is not None
+    native = tvm_fuse.build(residual_block(), "native", quantize=tvm_fuse.QuantConfig(calibration=TABLE))
+    (vnni,) = native.run(None, {"x": x})
     monkeypatch.setattr("tvm_fuse.compiled_model.amx_permitted", lambda: False)
     for session in (model, loaded):
-        with pytest.raises(tvm_fuse.TvmFuseError, match="kernels on AMX tiles.*may not run AMX"):
-            session.run(None, {"x": np.zeros((32, 64), np.float32)})
+        with pytest.warns(UserWarning, match="may not run AMX.*running its build without AMX"):
+            (y,) = session.run(None, {"x": x})
+        np.testing.assert_array_equal(y, vnni)  # the same int8 kernels, on VNNI
+
+
+def test_a_model_on_amx_tiles_without_its_fallback_refuses_to_run_where_the_os_denies_amx(monkeypatch, tmp_path):
+    model, _, x = _amx_model(tmp_path)
+    model.fallback = None  # as an export from before models carried one
+    monkeypatch.setattr("tvm_fuse.compiled_model.amx_permitted", lambda: False)
+    with pytest.raises(tvm_fuse.TvmFuseError, match="kernels on AMX tiles.*may not run AMX"):
+        model.run(None, {"x": x})
+
+
+def test_an_export_missing_its_build_without_amx_is_refused(tmp_path):
+    model, _, _ = _amx_model(tmp_path)
+    (tmp_path / "amx.noamx.so").unlink()
+    with pytest.raises(ExportError, match="amx.noamx.so"):
+        tvm_fuse.load(tmp_path / "amx.so")
 
 
 def test_a_model_without_tiles_says_so():

@@ -2,7 +2,7 @@ import pytest
 import tvm
 
 from tvm_fuse import TargetError, parse_target
-from tvm_fuse.target import _llvm_reported_features, host_features, isa_class, isa_features, target_string
+from tvm_fuse.target import _llvm_reported_features, host_features, isa_class, isa_features, target_string, without_amx
 
 
 @pytest.mark.parametrize(
@@ -84,3 +84,12 @@ def test_string_form_round_trips():
 def test_bad_targets_say_what_is_wrong(bad, message):
     with pytest.raises(TargetError, match=message):
         parse_target(bad)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=sapphirerapids",
+                                    "llvm -mcpu=znver4 -mattr=+amx-tile,+amx-int8,+amx-bf16"])
+def test_without_amx_keeps_every_other_feature(target):
+    with_amx = parse_target(target)
+    features = isa_features(without_amx(with_amx))
+    assert features == isa_features(with_amx) - {"amx", "amx_bf16"}
+    assert {"avx512_vnni", "avx512_bf16"} <= features

@@ -18,8 +18,8 @@ from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
-from .quantization.realization import int8_pass
-from .target import isa_features, parse_target, target_string
+from .quantization.realization import calibrated, realize_int8
+from .target import isa_features, parse_target, target_string, without_amx
 from .transform.apply_schedules import vector_lanes
 from .transform.realize_bf16 import bf16_pass
 from .tuning.database import TuningDatabase, log_paths
@@ -60,13 +60,17 @@ def build(
             (QDQ) model runs in int8 on the scales of its own QuantizeLinear nodes unless
             `quantize` says otherwise. Needs AVX2 or AVX-512 (with VNNI for full speed);
             on other targets the model builds in fp32, with a warning. The fusion report marks each kernel's `int8`.
+            Where the target has AMX-INT8, convs and dense layers run on its tiles (`tdpbusd`).
         precision: `"fp32"` (exact, the default) or `"bf16"`: blocked conv kernels multiply in
             bf16 (weights rounded once, here; inputs as each kernel reads them) and add in
-            fp32, on AVX512-BF16's `vdpbf16ps`; dense layers on AMX tiles (`tdpbf16ps`) where
-            the target has AMX-BF16 (such a model runs only where the OS grants this process
-            AMX, `CompiledModel.uses_amx`). On targets without AVX512-BF16 the model builds
-            in fp32, with a warning. The fusion report gives each kernel's precision. With
+            fp32, on AVX512-BF16's `vdpbf16ps`; convs and dense layers on AMX tiles
+            (`tdpbf16ps`) where the target has AMX-BF16. On targets without AVX512-BF16 the
+            model builds in fp32, with a warning. The fusion report gives each kernel's precision. With
             `quantize`, the convs int8 takes run in int8 and the others in bf16.
+
+    A model with kernels on AMX tiles also carries a build of itself without them (the same
+    target with AMX off, `CompiledModel.fallback`; compiling takes twice as long), which runs,
+    with a warning, where the operating system denies this process AMX.
 
     Raises:
         ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
@@ -76,8 +80,21 @@ def build(
     disabled = disabled_families(disable_fusion)
     tuning = TuningDatabase.load(log_paths(tuning_logs))
     imported = relax_module(model, input_shapes)
+    quantize = calibrated(model, imported, quantize, tvm_target, input_shapes)  # once, for every target
+    compiled = _compile(imported, tvm_target, disabled, tuning, quantize, precision)
+    if compiled.uses_amx:
+        # Where the OS denies AMX (a VM with it off), the model runs this instead of failing.
+        compiled.fallback = _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision)
+    if num_threads is not None:
+        set_num_threads(num_threads)
+    return compiled
+
+
+def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDatabase,
+             quantize: QuantConfig | None, precision: str) -> CompiledModel:
+    """`imported` compiled for `tvm_target` (`quantize` already calibrated)."""
     onnx_model, mod = imported.onnx, imported.mod
-    int8 = int8_pass(model, imported, quantize, tvm_target, input_shapes)
+    int8 = realize_int8(imported, quantize, tvm_target)
     bf16 = bf16_pass(precision, tvm_target)
     try:
         mod = optimize(mod, tvm_target, disabled, tuning, int8, bf16)
@@ -90,8 +107,6 @@ def build(
     except Exception as error:
         brief = target_string(tvm_target, brief=True)
         raise CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model)) from error
-    if num_threads is not None:
-        set_num_threads(num_threads)
     return CompiledModel(
         executable,
         graph_inputs(onnx_model),

@@ -252,8 +252,9 @@ def parser() -> argparse.ArgumentParser:
             _int8_arguments(sub)
         if name != "quantize":
             sub.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                             help="bf16: conv kernels multiply in bf16 and add in fp32, on AVX512-BF16's vdpbf16ps "
-                                  "(targets without it build in fp32, with a warning); default fp32, exact")
+                             help="bf16: conv and dense kernels multiply in bf16 and add in fp32, on AVX512-BF16's "
+                                  "vdpbf16ps, or on AMX tiles (tdpbf16ps) where the target has AMX-BF16 (targets "
+                                  "without AVX512-BF16 build in fp32, with a warning); default fp32, exact")
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,7 @@ class CompiledModel:
         self.features = frozenset(features)  # ISA features the code may use
         self.precision = precision  # "fp32" or "bf16": what `build(precision=...)` made
         self.uses_amx = uses_amx  # whether kernels run AMX tile programs: they need the OS's leave
+        self.fallback: CompiledModel | None = None  # the same model without AMX, where the OS denies it
         # A VM runs one call at a time: each thread that runs the model gets its own, and its
         # own input buffers.
         self._per_thread = threading.local()
@@ -68,12 +70,14 @@ class CompiledModel:
             # Asked before any kernel runs: the OS lets a process run tile instructions only
             # once it has asked (`amx_permitted` asks), and without leave they raise SIGILL.
             if self.uses_amx and not amx_permitted():
-                raise TvmFuseError(
-                    f"this model was compiled for '{self.target}' with kernels on AMX tiles, and this "
-                    "process may not run AMX: the CPU lacks it, or the operating system keeps it off "
-                    "or refused this process (arch_prctl ARCH_REQ_XCOMP_PERM). Build with "
-                    "target='native' to run here."
-                )
+                denied = (f"this model was compiled for '{self.target}' with kernels on AMX tiles, and this "
+                          "process may not run AMX: the CPU lacks it, or the operating system keeps it off "
+                          "or refused this process (arch_prctl ARCH_REQ_XCOMP_PERM)")
+                if self.fallback is None:
+                    raise TvmFuseError(f"{denied}. Build with target='native' to run here.")
+                warnings.warn(f"{denied}; running its build without AMX ('{self.fallback.target}')")
+                self._per_thread.machine = self.fallback._machine()
+                return self._per_thread.machine
             missing = missing_host_features(self.features)
             if missing:
                 # Running would die on an illegal instruction: refuse with a reason instead.
@@ -150,14 +154,17 @@ class CompiledModel:
             "features": sorted(self.features),
             "precision": self.precision,
             "uses_amx": self.uses_amx,
+            **({"fallback": self.fallback.metadata()} if self.fallback is not None else {}),
             "inputs": [_info_to_json(i) for i in self._inputs],
             "outputs": [_info_to_json(o) for o in self._outputs],
             "fusion_report": self._report.to_json(),
         }
 
     @classmethod
-    def from_metadata(cls, library, metadata: dict) -> CompiledModel:
-        return cls(
+    def from_metadata(cls, library, metadata: dict, fallback: tvm.runtime.Module | None = None) -> CompiledModel:
+        """The model of `library` and its `metadata`; `fallback`: the library of its build
+        without AMX, described by `metadata["fallback"]`."""
+        model = cls(
             library,
             [_info_from_json(i) for i in metadata["inputs"]],
             [_info_from_json(o) for o in metadata["outputs"]],
@@ -167,6 +174,9 @@ class CompiledModel:
             metadata.get("precision", "fp32"),  # exports before bf16 builds existed
             metadata.get("uses_amx", False),  # exports before AMX kernels existed
         )
+        if fallback is not None:
+            model.fallback = cls.from_metadata(fallback, metadata["fallback"])
+        return model
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{i.name}{list(i.shape)}" for i in self._inputs)

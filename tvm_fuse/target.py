@@ -168,6 +168,17 @@ def target_string(target: tvm.target.Target | str, brief: bool = False) -> str:
     return " ".join(words)
 
 
+AMX_FEATURES = ("amx-tile", "amx-int8", "amx-bf16")
+
+
+def without_amx(target: tvm.target.Target) -> tvm.target.Target:
+    """`target` with its AMX features turned off: the same CPU's vector (VNNI / AVX512-BF16) code."""
+    spec = dict(target.export())
+    kept = [f for f in spec.get("mattr", []) if f.lstrip("+-") not in AMX_FEATURES]
+    spec["mattr"] = kept + [f"-{feature}" for feature in AMX_FEATURES]
+    return tvm.target.Target(spec)
+
+
 def missing_host_features(features) -> frozenset[str]:
     """Which of `features` (names of `ISA_FEATURES`) this machine cannot execute."""
     return frozenset(features) - host_features()

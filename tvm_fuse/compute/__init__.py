@@ -9,8 +9,10 @@ into the anchor's output loop.
 SCHEDULE_RULE = "schedule_rule"  # block attribute read by `tvm_fuse.schedules.apply`
 DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: the instruction a dot-product kernel is tensorized with
 DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # a bf16 or u8 x s8 dense product on AMX tiles (`schedules.dense_amx`)
+CONV_AMX_RULE = "tvm_fuse.conv_nchwc_amx"  # an int8 or bf16 NCHW{c}c conv on AMX tiles (`schedules.conv_amx`)
 AMX_COLUMNS = 16  # C columns per AMX tile: a dense weight's packing block must be this
 AMX_ROW_BYTES = 64  # bytes of K per AMX tile row: K times the input's bytes must be a multiple
+AMX_MIN_CONV_ROW_BYTES = 16  # the shortest channel block a conv runs on tiles with (`fits_amx_conv`)
 
 
 def fits_amx(k: int, element_bytes: int, block: int) -> bool:
@@ -18,3 +20,21 @@ def fits_amx(k: int, element_bytes: int, block: int) -> bool:
     weight packed in blocks of `block` columns, fits AMX tiles: blocks of a tile's 16 columns,
     and K in whole 64-byte tile rows (32 bf16, 64 int8)."""
     return block == AMX_COLUMNS and k * element_bytes % AMX_ROW_BYTES == 0
+
+
+def fits_amx_conv(in_block: int, element_bytes: int, out_block: int, out_width: int) -> bool:
+    """Whether an NCHW{in_block}c conv of inputs of `element_bytes` fits AMX tiles: each
+    pixel's channel block is a tile row (whole 4-byte words, at most 64 bytes), output blocks
+    are a tile's 16 columns, and a row has two pixels or more (a tile of one row is a dense's).
+    Blocks under 16 bytes (an RGB stem's 4 channels) stay on the vector units: a tile step
+    that short would mostly load tiles (not yet measured on an AMX host)."""
+    row_bytes = in_block * element_bytes
+    return row_bytes % 4 == 0 and AMX_MIN_CONV_ROW_BYTES <= row_bytes <= AMX_ROW_BYTES \
+        and out_block == AMX_COLUMNS and out_width > 1
+
+
+def amx_conv_attrs(strides, dilation) -> dict:
+    """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
+    tile program needs (`schedules.conv_amx`)."""
+    return {SCHEDULE_RULE: CONV_AMX_RULE, "stride": int(strides[1]), "dilation_h": int(dilation[0]),
+            "dilation_w": int(dilation[1])}

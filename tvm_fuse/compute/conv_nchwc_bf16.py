@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
 from .conv import sliding_window
 
@@ -16,10 +16,12 @@ CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
 
 
-def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, native: bool = True) -> te.Tensor:
+def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, native: bool = True,
+                      amx: bool = False) -> te.Tensor:
     """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ip, p} bf16(data[n, ic, y*s+ky*d, x*s+kx*d, ip*2+p]) *
     w[oc, ic, ky, kx, ip, ob, p]` in fp32, `w` the bf16 bits of `compute.bf16.pack_pairs`.
-    `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`)."""
+    `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`).
+    `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx_conv`."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_pairs, out_block, pair = weight.shape
     padded, (out_h, out_w), taps, at = sliding_window(
         _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1)
@@ -31,9 +33,9 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
         pixel = from_bits(padded[(n, ic, *at((y, x)), ip * PAIR + p)])
         return te.sum(pixel * from_bits(weight[(oc, ic, *taps, ip, ob, p)]), axis=[ic, *taps, ip, p])
 
-    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv",
-                      attrs={SCHEDULE_RULE: CONV_NCHWC_BF16_RULE,
-                             DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
+    attrs = amx_conv_attrs(strides, dilation) if amx else \
+        {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
+    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv", attrs=attrs)
 
 
 def _paired_bits(data: te.Tensor, block: int) -> te.Tensor:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
 from .conv import sliding_window
 
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
@@ -17,12 +17,13 @@ INT8_OUT_BLOCKS = (OUT_BLOCK, 8)  # output blocks the kernel takes: zmm or ymm a
 
 
 def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dilation,
-                      data_zero_point: int = 0, vnni: bool = True) -> te.Tensor:
+                      data_zero_point: int = 0, vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, iq, q} data[n, ic, y*s+ky*d, x*s+kx*d, iq*4+q] *
     w[oc, ic, ky, kx, iq, ob, q]` in s32. Padding reads `data_zero_point`, the u8 code of a
     real zero, so that the weights' zero-point correction (a constant per output channel,
     folded into the bias) holds at the borders too. `vnni`: the dot product the schedule
-    tensorizes with (`DOT_PRODUCT_ATTR`: "vnni" or "avx512")."""
+    tensorizes with (`DOT_PRODUCT_ATTR`: "vnni" or "avx512"). `amx`: computed on AMX tiles
+    (`tdpbusd`) instead, where the shape `compute.fits_amx_conv`."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_quads, out_block, quad = weight.shape
     padded, (out_h, out_w), taps, at = sliding_window(
         data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point)
@@ -34,5 +35,6 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
         pixel = padded[(n, ic, *at((y, x)), iq * QUAD + q)].astype("int32")
         return te.sum(pixel * weight[(oc, ic, *taps, iq, ob, q)].astype("int32"), axis=[ic, *taps, iq, q])
 
-    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv",
-                      attrs={SCHEDULE_RULE: CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"})
+    attrs = amx_conv_attrs(strides, dilation) if amx else \
+        {SCHEDULE_RULE: CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
+    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv", attrs=attrs)

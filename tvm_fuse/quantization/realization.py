@@ -4,6 +4,7 @@ pre-quantized model's own scales."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import tvm
@@ -22,7 +23,27 @@ from .table import CalibrationTable
 def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target: tvm.target.Target,
               input_shapes) -> tvm.transform.Pass | None:
     """The `RealizeInt8` pass for `model` (`imported` from it): of `config`, else of a QDQ
-    model's own scales; None for an fp32 build, or when the target cannot run int8 kernels."""
+    model's own scales; None for an fp32 build, or when the target cannot run int8 kernels.
+    A `config` whose calibration names samples is calibrated here (`calibrated`)."""
+    return realize_int8(imported, calibrated(model, imported, config, target, input_shapes), target)
+
+
+def realize_int8(imported: ImportedModel, config: QuantConfig | None,
+                 target: tvm.target.Target) -> tvm.transform.Pass | None:
+    """The `RealizeInt8` pass of a `calibrated` config (None: an fp32 build)."""
+    if config is None:
+        return None
+    features = isa_features(target)
+    return RealizeInt8(imported.onnx, config.calibration, "avx512_vnni" in features, config.per_channel,
+                       config.exclude, vector_lanes(target), amx="amx" in features)
+
+
+def calibrated(model, imported: ImportedModel, config: QuantConfig | None, target: tvm.target.Target,
+               input_shapes) -> QuantConfig | None:
+    """`config` (or a QDQ model's own scales) with its calibration a `CalibrationTable`, or
+    None for dynamic activations: calibrated once here (running the fp32 model), so that
+    builds of one model for several targets share it. None for an fp32 build, or (with a
+    warning) when the target cannot run int8 kernels."""
     if config is None:
         if imported.qdq_scales is None:
             return None
@@ -40,6 +61,4 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
         table = CalibrationTable.load(table)
     if config.activations == "static" and not isinstance(table, CalibrationTable):
         table = calibrate(model, config, None, input_shapes)  # runs the fp32 model here
-    vnni = "avx512_vnni" in features
-    return RealizeInt8(imported.onnx, table, vnni, config.per_channel, config.exclude, vector_lanes(target),
-                       amx="amx" in features)
+    return replace(config, calibration=table)

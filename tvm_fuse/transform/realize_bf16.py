@@ -14,7 +14,8 @@ is fp32, so what reads it is unchanged.
 
 On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and whose columns
 a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.dense_amx`),
-with the same weight packing; other shapes stay on `vdpbf16ps`.
+and so does a conv in output blocks of 16 (`schedules.conv_amx`, 3x3s included, which
+Winograd would otherwise take), with the same weight packing; other shapes stay on `vdpbf16ps`.
 
 Left in fp32: products of two activations (attention's), dense layers whose columns the vector
 width does not divide or whose reduction is odd, depthwise convs' arithmetic (bound by memory:
@@ -33,7 +34,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute import fits_amx
+from ..compute import fits_amx, fits_amx_conv
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.matmul import pack_dense_weight
 from ..errors import InputError
@@ -56,8 +57,8 @@ BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.transform.Pass:
     """`lanes`: the target's fp32 vector width, the block dense weights are packed in.
     `native`: tensorize with `vdpbf16ps` (the target has AVX512-BF16), else its portable form.
-    `amx`: dense layers whose shape fits AMX tiles run on them (`tdpbf16ps`; the target has
-    AMX-BF16), the others on `vdpbf16ps` as without it."""
+    `amx`: dense layers and convs whose shape fits AMX tiles run on them (`tdpbf16ps`; the
+    target has AMX-BF16), the others on `vdpbf16ps` as without it."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeBf16")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -66,7 +67,7 @@ def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.
         def realized(func: relax.Function) -> relax.Function | None:
             if PATTERN_ATTR in (func.attrs or {}):
                 return None
-            realizer.bits = _bits_outputs(mod, func, lanes, native)
+            realizer.bits = _bits_outputs(mod, func, lanes, native, amx)
             return realizer.visit_expr(func)
 
         updated = mutate_functions(mod, realizer, realized)
@@ -78,7 +79,8 @@ def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.
 def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool = False):
     """(the weight's parameter position, its bf16 packing, the anchor's bf16 compute) if
     composite `func`, called on `args`, runs as a bf16 kernel; else None. `amx`: a dense layer
-    that fits AMX tiles computes on them (the same packing)."""
+    or conv that fits AMX tiles computes on them (the same packing); such a 3x3 conv is never
+    left to Winograd, whose 2.25x fewer products cannot match the tiles' rate."""
     anchor = func.body.blocks[0].bindings[0].value
     position = next((i for i, p in enumerate(func.params) if p.same_as(anchor.args[1])), None)
     weight = args[position] if position is not None else None
@@ -98,18 +100,20 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     in_block, out_block = (int(weight.ty.shape[axis]) for axis in (4, 5))
     if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1) or out_block not in BF16_OUT_BLOCKS:
         return None
-    if winograd_enabled() and winograd_tile(anchor) is not None and not _direct_beats_winograd(anchor, weight):
+    tiles = amx and fits_amx_conv(in_block + in_block % PAIR, 2, out_block, int(anchor.ty.shape[3]))
+    if not tiles and winograd_enabled() and winograd_tile(anchor) is not None \
+            and not _direct_beats_winograd(anchor, weight):
         return None
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
     return position, pack_pairs(weight.value.numpy()), \
-        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native)
+        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles)
 
 
-def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
+def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
     """The bindings of `func` that become bf16 kernels."""
     return {b.var for block in func.body.blocks for b in block.bindings
             if isinstance(b.value, relax.Call) and (composite := called_composite(mod, b.value)) is not None
-            and bf16_anchor(composite, list(b.value.args), lanes, native) is not None}
+            and bf16_anchor(composite, list(b.value.args), lanes, native, amx) is not None}
 
 
 def blocked_depthwise(func: relax.Function) -> bool:
@@ -120,13 +124,13 @@ def blocked_depthwise(func: relax.Function) -> bool:
         and str(anchor.attrs.data_layout) not in ("NCW", "NCHW")
 
 
-def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool) -> set[relax.Var]:
+def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
     """The bindings of `func` that write bf16: bf16 kernels, blocked depthwise convs and
     concats (of bf16 tensors only) whose every reader takes bf16: a depthwise conv, a concat
     that writes bf16, or a bf16 kernel, as its anchor's data (read nowhere else in its
     composite) or as an epilogue operand. The largest such set: a concat drops out with any
     of its inputs, and each drop may drop its producers."""
-    kernels = _bf16_kernels(mod, func, lanes, native)
+    kernels = _bf16_kernels(mod, func, lanes, native, amx)
     bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
     depthwise = {b.var for b in bindings
                  if (composite := called_composite(mod, b.value)) is not None and blocked_depthwise(composite)}

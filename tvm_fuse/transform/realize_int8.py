@@ -32,7 +32,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute import fits_amx, requantize
+from ..compute import fits_amx, fits_amx_conv, requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
@@ -62,7 +62,7 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
     `vnni`: the target has `vpdpbusd`; without it weights keep 7 bits (`quantization.weights`).
     `exclude`: node names or op types left fp32, besides the table's own. `lanes`: the
     target's fp32 vector width. `amx`: the target has AMX-INT8, on whose tiles (`tdpbusd`)
-    the dense layers that fit them run."""
+    the convs and dense layers that fit them run."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeInt8")
     def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -137,7 +137,9 @@ class _Realizer(PyExprMutator):
             operand = next(a for i, a in enumerate(call.args) if i != data_position and isinstance(a, relax.Var))
             residual = self.codes.get(operand) or self.table.tensors[conv.residual]
         output = self.codes.get(binding.var)
-        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni)
+        tiles = self.amx and fits_amx_conv(int(args[data_position].ty.shape[-1]), 1, int(weight.shape[5]),
+                                           int(anchor.ty.shape[3]))
+        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni, tiles)
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
@@ -261,7 +263,7 @@ class _Realizer(PyExprMutator):
 
 
 def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: TensorScale | None,
-                  output: TensorScale | None, vnni: bool):
+                  output: TensorScale | None, vnni: bool, amx: bool):
     attrs = anchor_call.attrs
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
 
@@ -269,7 +271,7 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
         composite_inputs, (multiplier, *correction) = tensors[:len(params)], tensors[len(params):]
 
         def anchor(_call, data, weight):
-            acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni)
+            acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni, amx=amx)
             return requantize.dequantize_accumulator(acc, multiplier, *correction)
 
         def inputs(param, tensor):

@@ -1,0 +1,152 @@
+"""Convs on AMX tiles (`schedules.conv_amx`): int8 (`tdpbusd`) exactly the integer conv, bf16
+(`tdpbf16ps`) the conv of the rounded operands, for 1x1, 3x3, strided and dilated windows and
+every tile setting; each tile program in emulation on any host and on the tiles where AMX is
+permitted (`tests/schedules/test_amx.py`'s PROGRAMS); whole models built for a target with AMX."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+import tvm_fuse
+from tests.quantization.models import residual_block
+from tests.quantization.test_int8_build import TABLE
+from tests.schedules.test_amx import PROGRAMS, SAPPHIRE_RAPIDS, TILE_INSTRUCTION, _amx_target_build, _executable
+from tvm_fuse import QuantConfig
+from tvm_fuse.compute.bf16 import bits_of, value_of
+from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
+from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
+from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
+from tvm_fuse.target import parse_target
+
+# (input blocks, block, output blocks, size, kernel, stride, padding, dilation)
+WINDOWS = [(2, 16, 2, 8, 1, 1, 0, 1), (2, 16, 3, 8, 3, 1, 1, 1), (1, 16, 4, 9, 3, 2, 1, 1),
+           (1, 8, 1, 10, 3, 1, 2, 2), (2, 16, 2, 7, 1, 2, 0, 1)]
+
+
+def _reference(data: np.ndarray, weight: np.ndarray, stride: int, pad: int, dilation: int, pad_value=0):
+    """NCHW{c}c data x [O/16, I/c, kh, kw, c/pack, 16, pack] weights, in NCHW16c, in float64
+    (exact for the int8 products' sums)."""
+    n, chunks, size, _, block = data.shape
+    out_chunks, _, kernel, _, words, lanes, pack = weight.shape
+    padded = np.full((n, chunks, size + 2 * pad, size + 2 * pad, block), pad_value, np.float64)
+    padded[:, :, pad:pad + size, pad:pad + size] = data
+    planes = padded.transpose(0, 1, 4, 2, 3).reshape(n, chunks * block, *padded.shape[2:4])
+    kernels = weight.transpose(0, 5, 1, 4, 6, 2, 3).reshape(out_chunks * lanes, chunks * block, kernel, kernel)
+    out = (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    result = np.zeros((n, out_chunks * lanes, out, out))
+    for ky in range(kernel):
+        for kx in range(kernel):
+            y, x = ky * dilation, kx * dilation
+            window = planes[:, :, y:y + stride * (out - 1) + 1:stride, x:x + stride * (out - 1) + 1:stride]
+            result += np.einsum("nchw,oc->nohw", window, kernels[:, :, ky, kx].astype(np.float64))
+    return result.reshape(n, out_chunks, lanes, out, out).transpose(0, 1, 3, 4, 2)
+
+
+def _int8_kernel(window, zero_point: int = 3):
+    chunks, block, out_chunks, size, kernel, stride, pad, dilation = window
+    data = te.placeholder((1, chunks, size, size, block), "uint8", name="data")
+    weight = te.placeholder((out_chunks, chunks, kernel, kernel, block // 4, 16, 4), "int8", name="weight")
+    out = conv2d_nchwc_int8(data, weight, (stride,) * 2, (pad,) * 4, (dilation,) * 2, zero_point, amx=True)
+    return te.create_prim_func([data, weight, out])
+
+
+def _bf16_kernel(window, fp32_input: bool):
+    chunks, block, out_chunks, size, kernel, stride, pad, dilation = window
+    data = te.placeholder((1, chunks, size, size, block), "float32" if fp32_input else "uint16", name="data")
+    weight = te.placeholder((out_chunks, chunks, kernel, kernel, block // 2, 16, 2), "uint16", name="weight")
+    out = conv2d_nchwc_bf16(data, weight, (stride,) * 2, (pad,) * 4, (dilation,) * 2, amx=True)
+    return te.create_prim_func([data, weight, out])
+
+
+def _run(func, program: str, inputs: list[np.ndarray], expected: np.ndarray, knobs: dict | None = None):
+    """The kernel's output (of `expected`'s shape: s32 for u8 data, fp32 otherwise)."""
+    kernel = _executable(func, program, knobs)
+    out = tvm.runtime.tensor(np.zeros(expected.shape, np.int32 if inputs[0].dtype == np.uint8 else np.float32))
+    kernel["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs), out)
+    return out.numpy()
+
+
+def _int8_operands(window):
+    chunks, block, out_chunks, size, kernel, *_ = window
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, (1, chunks, size, size, block), dtype=np.uint8),
+            rng.integers(-128, 128, (out_chunks, chunks, kernel, kernel, block // 4, 16, 4), dtype=np.int8)]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("window", WINDOWS)
+def test_an_int8_conv_on_tiles_is_exact(window, program):
+    data, weight = _int8_operands(window)
+    *_, stride, pad, dilation = window
+    expected = _reference(data, weight, stride, pad, dilation, pad_value=3)
+    np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected), expected)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("fp32_input", [True, False])
+@pytest.mark.parametrize("window", [WINDOWS[1], WINDOWS[2]])
+def test_a_bf16_conv_on_tiles_is_the_conv_of_the_rounded_operands(window, fp32_input, program):
+    chunks, block, out_chunks, size, kernel, stride, pad, dilation = window
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((1, chunks, size, size, block)).astype(np.float32)
+    weight = bits_of(rng.standard_normal((out_chunks, chunks, kernel, kernel, block // 2, 16, 2)))
+    expected = _reference(value_of(bits_of(data)), value_of(weight), stride, pad, dilation)
+    ours = _run(_bf16_kernel(window, fp32_input), program, [data if fp32_input else bits_of(data), weight], expected)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_every_conv_tile_setting_computes_the_same_conv(program):
+    window = (2, 16, 4, 8, 3, 1, 1, 1)
+    data, weight = _int8_operands(window)
+    expected = _reference(data, weight, 1, 1, 1, pad_value=3)
+    settings = knob_space(_int8_kernel(window), 16)
+    assert len(settings) > 10
+    for knobs in settings:
+        scheduled = apply(_int8_kernel(window), 16, knobs)
+        assert scheduled.attrs[KNOBS_ATTR] == "tuned", knobs
+        np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
+
+
+@pytest.mark.parametrize("make, instruction, vector", [(_int8_kernel, "tdpbusd", "vpdpbusd"),
+                                                       (lambda w: _bf16_kernel(w, False), "tdpbf16ps", "vdpbf16ps")])
+def test_a_conv_for_an_amx_target_runs_tile_instructions(make, instruction, vector):
+    kernel = tvm.compile(tvm.IRModule({"main": apply(make(WINDOWS[1]), 16)}), target=parse_target(SAPPHIRE_RAPIDS),
+                         tir_pipeline=TIR_PIPELINE)
+    assembly = kernel.mod.inspect_source("asm")
+    assert re.search(rf"{instruction}\s+%tmm", assembly) and "ldtilecfg" in assembly and vector not in assembly
+
+
+def test_an_int8_model_for_sapphire_rapids_runs_its_convs_on_tiles():
+    model = tvm_fuse.build(residual_block(), SAPPHIRE_RAPIDS, quantize=QuantConfig(calibration=TABLE))
+    assembly = model.assembly()
+    assert re.search(r"tdpbusd\s+%tmm", assembly) and "vpdpbusd" not in assembly
+    assert model.uses_amx
+
+
+@pytest.mark.vnni
+def test_an_int8_model_on_tiles_equals_its_vnni_build_exactly(monkeypatch):
+    """Both sum the same integer products exactly, and share their epilogue."""
+    x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    (vnni,) = tvm_fuse.build(residual_block(), "native", quantize=QuantConfig(calibration=TABLE)).run(None, {"x": x})
+    model = _amx_target_build(residual_block(), monkeypatch, quantize=QuantConfig(calibration=TABLE))
+    assert not TILE_INSTRUCTION.search(model.assembly()) and "vpdpbusd" not in model.assembly()  # emulated tiles
+    (tiles,) = model.run(None, {"x": x})
+    np.testing.assert_array_equal(tiles, vnni)
+
+
+@pytest.mark.bf16
+def test_a_bf16_model_on_tiles_matches_its_vdpbf16ps_build(monkeypatch):
+    x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    (vector,) = tvm_fuse.build(residual_block(), "native", precision="bf16").run(None, {"x": x})
+    model = _amx_target_build(residual_block(), monkeypatch, precision="bf16")
+    assert "vdpbf16ps" not in model.assembly()  # every conv on (emulated) tiles
+    (tiles,) = model.run(None, {"x": x})
+    # The same rounded products, summed in another order.
+    np.testing.assert_allclose(tiles, vector, rtol=0, atol=1e-5 * np.abs(vector).max())
