@@ -11,6 +11,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..compute.lrn import local_response_norm
 from .recurrent import gru, lstm
 
 
@@ -110,10 +111,22 @@ def squeeze(bb, inputs, attrs, opset):
     return relax.op.squeeze(x, [int(a) % x.ty.ndim for a in axes])
 
 
+def lrn(bb, inputs, attrs, opset):
+    """One kernel (`compute.lrn`) in place of TVM's expanded 3-D average pool, which also pads
+    an even `size` on both sides alike and so gave a channel too many."""
+    x = inputs[0]
+    if x.ty.ndim < 3 or str(x.ty.dtype) not in ("float32", "float64"):
+        return None
+    size = int(attrs["size"])
+    return bb.call_te(local_response_norm, x, size, float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
+                      float(attrs.get("bias", 1.0)), primfunc_name_hint="lrn")
+
+
 CONVERTERS = {
     "Clip": clip,
     "Expand": expand,
     "GRU": gru,
+    "LRN": lrn,
     "LSTM": lstm,
     "PRelu": prelu,
     "SequenceInsert": sequence_insert,

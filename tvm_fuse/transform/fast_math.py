@@ -14,38 +14,18 @@ import tvm
 from tvm import relax, te, topi
 from tvm.relax import PyExprMutator, expr_functor
 
+from ..compute.powers import quarter_exponent_value, root_power
 from .rebind import same_type, scalar_value
-
-_ROOT_POWERS = 16  # exponents k/4 with |k| up to this: x^4 at most
-
 
 def quarter_exponent(exponent: relax.Expr) -> int | None:
     """k if `exponent` is a constant k/4 with |k| <= _ROOT_POWERS (and k != 0), else None."""
     value = scalar_value(exponent)
-    if value is None:
-        return None
-    quarters = value * 4
-    k = int(round(quarters))
-    return k if quarters == k and 0 < abs(k) <= _ROOT_POWERS else None
+    return None if value is None else quarter_exponent_value(value)
 
 
 def power_by_roots(x: te.Tensor, quarters: int) -> te.Tensor:
-    """x^(quarters/4) as x^n * sqrt(x)^a * sqrt(sqrt(x))^b (1 / that for a negative exponent):
-    NaN for a negative x under a root, and infinities and signed zeros, as powf gives."""
-    whole, rest = divmod(abs(quarters), 4)
-
-    def value(*i):
-        v = x(*i)
-        if rest:  # under a root, -0 counts as +0, whose powers are +0 or +inf as powf's are
-            zero = tvm.tirx.const(0.0, x.dtype)
-            v = te.if_then_else(v == zero, zero, v)
-        factors = [v] * whole + ([te.sqrt(v)] if rest >= 2 else []) + ([te.sqrt(te.sqrt(v))] if rest % 2 else [])
-        product = factors[0]
-        for factor in factors[1:]:
-            product = product * factor
-        return product if quarters > 0 else tvm.tirx.const(1.0, x.dtype) / product
-
-    return te.compute(x.shape, value, name="power")
+    """x^(quarters/4), elementwise (`root_power`)."""
+    return te.compute(x.shape, lambda *i: root_power(x(*i), quarters), name="power")
 
 
 def _power(call: relax.Call):

@@ -1,0 +1,54 @@
+"""Our own conversions of ONNX ops (`tvm_fuse.frontend.converters`), through whole builds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tvm_fuse
+from tests.compute.test_lrn import lrn_reference
+from tests.conftest import ort_outputs
+
+
+def _conv_lrn(channels: int, size: int):
+    """Conv -> Relu -> LRN (GoogLeNet's alpha, beta and bias) on [1, 16, 14, 14]."""
+    weight = np.random.default_rng(0).standard_normal((channels, 16, 3, 3)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("LRN", ["r"], ["y"], size=size, alpha=1e-4, beta=0.75, bias=1.0, name="norm")]
+    graph = helper.make_graph(nodes, "conv_lrn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 14, 14])],
+                              [numpy_helper.from_array(weight, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("size", [5, 3])
+def test_lrn_matches_onnx_runtime_in_one_kernel(size):
+    model = _conv_lrn(48, size)
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 14, 14)).astype(np.float32)}
+    compiled = tvm_fuse.build(model, "native")
+    (ours,), (reference,) = compiled.run(None, feed), ort_outputs(model, feed)
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max())
+    assert [u["onnx_node"] for u in compiled.fusion_report()["unfused"]] == ["norm"]  # its own kernel
+    assert "avg_pool" not in compiled.assembly()  # not TVM's pooled form
+
+
+@pytest.mark.avx512
+def test_an_even_lrn_window_is_placed_as_onnx_defines_it():
+    """ONNX Runtime refuses even sizes; TVM's importer made one channel too many of them."""
+    model = _conv_lrn(32, 4)
+    x = np.random.default_rng(1).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    (ours,) = tvm_fuse.build(model, "native").run(None, {"x": x})
+    (relu,) = tvm_fuse.build(_without_lrn(model), "native").run(None, {"x": x})
+    np.testing.assert_allclose(ours, lrn_reference(relu, 4, 1e-4, 0.75, 1.0), rtol=1e-5)
+
+
+def _without_lrn(model):
+    """`model` up to the LRN's input, which becomes the output."""
+    graph = model.graph
+    trimmed = helper.make_graph(list(graph.node)[:-1], "conv_relu", list(graph.input),
+                                [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 14, 14])],
+                                list(graph.initializer))
+    return helper.make_model(trimmed, opset_imports=list(model.opset_import))
