@@ -144,35 +144,24 @@ def _conv_desc(kind: TileKind, tiles: Tiles, window: ConvWindow) -> tirx.PrimFun
     loop order `schedules.conv_amx` leaves; a loop of one iteration (a 1x1 kernel's taps, one
     column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
     w, pack = window, kind.pack
-    a_shape, b_shape, c_shape = _conv_shapes(kind, tiles, window)
     extents = dict(oc=tiles.column_tiles, x=tiles.rows * tiles.row_tiles, lane=COLUMNS, ic=w.chunks,
                    ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
     looped = [name for name, extent in extents.items() if extent > 1]
 
-    with IRBuilder() as builder:
-        with tb.prim_func(s_tir=True):
-            tb.func_name("desc")
-            handles = [tb.arg(n, tb.handle()) for n in ("a", "b", "c")]
-            a_strides, c_strides = [tb.int32() for _ in range(3)], [tb.int32() for _ in range(3)]
-            A = tb.match_buffer(handles[0], a_shape, kind.a, strides=[*a_strides, 1], offset_factor=1)
-            B = tb.match_buffer(handles[1], b_shape, kind.b, offset_factor=1)
-            C = tb.match_buffer(handles[2], c_shape, kind.c, strides=[*c_strides, 1], offset_factor=1, scope="local")
-            with tb.sblock("root"):
-                tb.reads(*_whole(A), *_whole(B))
-                tb.writes(*_whole(C))
-                with tb.grid(*extents.values()) as loops:
-                    with tb.sblock("update"):
-                        kinds = "".join("S" if name in ("oc", "x", "lane") else "R" for name in looped)
-                        iterated = [loop for name, loop in zip(extents, loops) if name in looped]
-                        bound = tb.axis.remap(kinds, iterated)
-                        v = {name: tirx.const(0, "int32") for name in extents}
-                        v.update(zip(looped, list(bound) if len(looped) > 1 else [bound]))
-                        out = [v["oc"], 0, v["x"], v["lane"]]
-                        pixel = A[v["ic"], v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
-                                  v["g"] * pack + v["p"]]
-                        weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
-                        tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
-    return builder.get()
+    with _conv_function("desc", kind, tiles, window) as ((A, B, C, _, _), made):
+        with tb.grid(*extents.values()) as loops:
+            with tb.sblock("update"):
+                kinds = "".join("S" if name in ("oc", "x", "lane") else "R" for name in looped)
+                iterated = [loop for name, loop in zip(extents, loops) if name in looped]
+                bound = tb.axis.remap(kinds, iterated)
+                v = {name: tirx.const(0, "int32") for name in extents}
+                v.update(zip(looped, list(bound) if len(looped) > 1 else [bound]))
+                out = [v["oc"], 0, v["x"], v["lane"]]
+                pixel = A[v["ic"], v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
+                          v["g"] * pack + v["p"]]
+                weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
+                tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
+    return made[0]
 
 
 def _whole(buffer: tirx.Buffer) -> list:
@@ -181,41 +170,50 @@ def _whole(buffer: tirx.Buffer) -> list:
 
 def _conv_impl(kind: TileKind, tiles: Tiles, window: ConvWindow, emulated: bool) -> tirx.PrimFunc:
     w = window
-    a_shape, b_shape, c_shape = _conv_shapes(kind, tiles, window)
+    _, b_shape, _ = _conv_shapes(kind, tiles, window)
     c_tiles, a_tiles, b_tiles = _tile_numbers(tiles)
     tap_words = math.prod(b_shape[4:])  # B elements of one (block, tap): block / pack rows of 16 x pack
+    shapes = _shapes(kind, tiles, w.block * _size(kind.a))
 
+    with _conv_function("impl", kind, tiles, window) as ((A, B, C, a_strides, c_strides), made):
+        with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine:
+            for tile in c_tiles.values():
+                machine.zero(tile)
+            with tb.grid(w.chunks, w.kernel_h, w.kernel_w) as (ic, ky, kx):
+                for r, tile in enumerate(a_tiles):
+                    pixel = r * tiles.rows * w.stride + kx * w.dilation_w
+                    offset = ic * a_strides[0] + ky * w.dilation_h * a_strides[1] + pixel * a_strides[2]
+                    machine.load(tile, A, offset, w.stride * a_strides[2])
+                tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
+                for c, tile in enumerate(b_tiles):
+                    machine.load(tile, B, ((c * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
+                                 COLUMNS * kind.pack)
+                for (r, c), tile in c_tiles.items():
+                    machine.product(kind, tile, a_tiles[r], b_tiles[c])
+            for (r, c), tile in c_tiles.items():
+                machine.store(tile, C, c * c_strides[0] + r * tiles.rows * c_strides[2], c_strides[2])
+    return made[0]
+
+
+@contextmanager
+def _conv_function(name: str, kind: TileKind, tiles: Tiles, window: ConvWindow):
+    """A conv tile function (`desc` or `impl`) being built: yields its operands A, B, C and the
+    strides of A and C, within its root block, and a list that holds the function once built."""
+    a_shape, b_shape, c_shape = _conv_shapes(kind, tiles, window)
+    made = []
     with IRBuilder() as builder:
         with tb.prim_func(s_tir=True):
-            tb.func_name("impl")
+            tb.func_name(name)
             handles = [tb.arg(n, tb.handle()) for n in ("a", "b", "c")]
             a_strides, c_strides = [tb.int32() for _ in range(3)], [tb.int32() for _ in range(3)]
             A = tb.match_buffer(handles[0], a_shape, kind.a, strides=[*a_strides, 1], offset_factor=1)
             B = tb.match_buffer(handles[1], b_shape, kind.b, offset_factor=1)
             C = tb.match_buffer(handles[2], c_shape, kind.c, strides=[*c_strides, 1], offset_factor=1, scope="local")
             with tb.sblock("root"):
-                tb.reads(A[0:a_shape[0], 0:a_shape[1], 0:a_shape[2], 0:a_shape[3]],
-                         B[0:b_shape[0], 0:b_shape[1], 0:b_shape[2], 0:b_shape[3], 0:b_shape[4], 0:b_shape[5],
-                           0:b_shape[6]])
-                tb.writes(C[0:c_shape[0], 0, 0:c_shape[2], 0:COLUMNS])
-                shapes = _shapes(kind, tiles, w.block * _size(kind.a))
-                with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine:
-                    for tile in c_tiles.values():
-                        machine.zero(tile)
-                    with tb.grid(w.chunks, w.kernel_h, w.kernel_w) as (ic, ky, kx):
-                        for r, tile in enumerate(a_tiles):
-                            pixel = r * tiles.rows * w.stride + kx * w.dilation_w
-                            offset = ic * a_strides[0] + ky * w.dilation_h * a_strides[1] + pixel * a_strides[2]
-                            machine.load(tile, A, offset, w.stride * a_strides[2])
-                        tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
-                        for c, tile in enumerate(b_tiles):
-                            machine.load(tile, B, ((c * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
-                                         COLUMNS * kind.pack)
-                        for (r, c), tile in c_tiles.items():
-                            machine.product(kind, tile, a_tiles[r], b_tiles[c])
-                    for (r, c), tile in c_tiles.items():
-                        machine.store(tile, C, c * c_strides[0] + r * tiles.rows * c_strides[2], c_strides[2])
-    return builder.get()
+                tb.reads(*_whole(A), *_whole(B))
+                tb.writes(*_whole(C))
+                yield (A, B, C, a_strides, c_strides), made
+    made.append(builder.get())
 
 
 @contextmanager

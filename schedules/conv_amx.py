@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from .amx import BF16, INT8, MAX_ROWS, ConvWindow, TileKind, Tiles, conv_tile_product, tensorize_tiles
-from .common import divisors, static_extent, store_tile
+from .common import divisors, static_extent, store_tile, vectorize_innermost
 from .conv_nchwc_dot import inline_elementwise
 from .dense_amx import TILE_GRIDS
 
@@ -59,6 +59,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: Tiles | None = None)
     epilogue = inline_elementwise(sch, block)
     for producer in sch.get_producers(block):  # the padded input: tiles load from memory
         sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
+        vectorize_innermost(sch, producer, lanes)
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles])
     x_out, x_in = sch.split(x, [None, knobs.rows * knobs.row_tiles])

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from tvm import s_tir
 
-from .common import accumulate_in_registers, accumulator_budget, divisor, fullest_tile, static_extent, store_tile
+from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, static_extent, store_tile,
+                     vectorize_innermost)
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
@@ -66,8 +67,9 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, chann
                               intrinsic: Callable[[int], str], lanes: int) -> None:
     """`intrinsic(lanes)`: the tensor intrinsic's name for an output block of `lanes` accumulators."""
     epilogue = inline_elementwise(sch, block)
-    for producer in sch.get_producers(block):
+    for producer in sch.get_producers(block):  # the padded (rounded, normalized) input, a pass of its own
         sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
+        vectorize_innermost(sch, producer, lanes)
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, channel_tile])
     x_out, x_in = sch.split(x, [None, width_tile])
@@ -82,13 +84,13 @@ def inline_elementwise(sch: s_tir.Schedule, anchor):
     """Inline every elementwise stage into the last one, which writes the output, and return
     it (None if the anchor writes it): the epilogue after the anchor, and before it what the
     anchor's direct producers (its padded input) read: the dequantization of a u8 residual,
-    the rounding of fp32 data to bf16 (inlined into the padding)."""
+    the rounding of fp32 data to bf16 (inlined into the padding), a batch norm + ReLU before
+    the conv (`transform.realize_bf16`'s prologue)."""
     kept = {sch.get(b).name_hint for b in [anchor, *sch.get_producers(anchor)]}
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-    if sch.get(blocks[-1]).name_hint == sch.get(anchor).name_hint:
-        return None
     names = [sch.get(b).name_hint for b in blocks[:-1]]  # blocks change as stages are inlined; names stay
     for name in names:
         if name not in kept:
             sch.compute_inline(sch.get_sblock(name))
-    return blocks[-1]
+    return None if sch.get(blocks[-1]).name_hint == sch.get(anchor).name_hint else sch.get_sblock(
+        sch.get(blocks[-1]).name_hint)

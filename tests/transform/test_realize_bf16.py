@@ -212,8 +212,58 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
 
 # Each model with its input shape and the nodes that must run in bf16 (a 3x3 narrow enough for
 # a direct bf16 conv, not Winograd; an RGB stem).
+def _dense_block_model(batch_norm_read_twice: bool = False):
+    """DenseNet's layer after a stem conv: batch norm + ReLU before each conv (on the stem's
+    output, then on the concat of it and the layer's output), 1x1 and 3x3 convs.
+    `batch_norm_read_twice`: the first ReLU's output is also a model output."""
+    rng = np.random.default_rng(0)
+    weight = functools.partial(_weight, rng)
+
+    def batch_norm(name, channels):
+        params = [numpy_helper.from_array(v.astype(np.float32), f"{name}_{k}") for k, v in
+                  (("scale", rng.uniform(0.5, 1.5, channels)), ("bias", rng.standard_normal(channels) * 0.1),
+                   ("mean", rng.standard_normal(channels) * 0.1), ("var", rng.uniform(0.5, 1.5, channels)))]
+        return params, [p.name for p in params]
+
+    bn0, bn0_names = batch_norm("bn0", 32)
+    bn1, bn1_names = batch_norm("bn1", 48)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["s"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["s", *bn0_names], ["n0"], name="bn0"),
+        helper.make_node("Relu", ["n0"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "w1"], ["c1"], name="bottleneck"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="spatial", pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["s", "c2"], ["cat"], name="concat", axis=1),
+        helper.make_node("BatchNormalization", ["cat", *bn1_names], ["n1"], name="bn1"),
+        helper.make_node("Relu", ["n1"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3"], ["y"], name="transition"),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 14, 14])]
+    if batch_norm_read_twice:
+        outputs.append(helper.make_tensor_value_info("r0", TensorProto.FLOAT, [1, 32, 14, 14]))
+    graph = helper.make_graph(
+        nodes, "dense_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])], outputs,
+        [weight("w0", 32, 16, 3, 3), weight("w1", 32, 32, 1, 1), weight("w2", 16, 32, 3, 3), weight("w3", 16, 48, 1, 1), *bn0, *bn1])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 CHAINS = [(_residual_model, (1, 16, 14, 14), ("reduce", "spatial", "expand")),
-          (_fire_model, (1, 3, 16, 16), ("stem", "squeeze", "expand1", "expand3", "head"))]
+          (_fire_model, (1, 3, 16, 16), ("stem", "squeeze", "expand1", "expand3", "head")),
+          # Each batch norm + ReLU before a conv is applied by that conv as it rounds its input.
+          (_dense_block_model, (1, 16, 14, 14),
+           ("stem", "bn0", "relu0", "bottleneck", "spatial", "bn1", "relu2", "transition"))]
+
+
+def test_a_batch_norm_before_a_conv_joins_its_kernel_only_when_nothing_else_reads_it():
+    for read_twice, joined in ((False, True), (True, False)):
+        report = tvm_fuse.build(_dense_block_model(read_twice), BF16_TARGET, precision="bf16").fusion_report()
+        kernel = next(k for k in report["kernels"] if "bottleneck" in k["onnx_nodes"])
+        assert ({"bn0", "relu0"} <= set(kernel["onnx_nodes"])) == joined
+        transition = next(k for k in report["kernels"] if "transition" in k["onnx_nodes"])
+        assert {"bn1", "relu2"} <= set(transition["onnx_nodes"])
 
 
 @pytest.mark.parametrize("make, shape, bf16_nodes", CHAINS)

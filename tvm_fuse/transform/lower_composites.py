@@ -149,10 +149,10 @@ class _Lowerer(relax.PyExprMutator):
 
 
 def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args, prefix: str = "",
-                attrs: dict | None = None) -> relax.Call:
+                attrs: dict | None = None, nodes=()) -> relax.Call:
     """A call of the kernel `compute` builds for the composite `func` on `args`, named after
     its pattern (after `prefix`), with the pattern's attributes (and `attrs`) on the kernel
-    and the composite's ONNX nodes on the call."""
+    and the composite's ONNX nodes (and `nodes`, others it computes too) on the call."""
     pattern = str(func.attrs[PATTERN_ATTR])
     kernel = builder.call_te(
         compute, *args,
@@ -161,7 +161,8 @@ def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args
                         **(attrs or {})},
     )
     # Kernels of equal shape share one function; each call site records its own nodes.
-    return relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(composite_nodes(func)))
+    return relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args,
+                      provenance.span([*nodes, *composite_nodes(func)]))
 
 
 WINOGRAD_SWITCH = "TVM_FUSE_DISABLE_WINOGRAD"

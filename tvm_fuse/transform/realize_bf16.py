@@ -4,7 +4,9 @@ Each composite whose anchor is a blocked (NCHW{c}c) conv or a dense layer with c
 becomes ONE bf16 kernel: its weights rounded to bf16 and packed in pairs along the reduction
 here, at build time (`compute.bf16`), its fp32 input rounded to bf16 as the kernel reads it (a
 conv's as it pads it; an RGB stem's 3 channels read as 4), the products summed in fp32, and
-the composite's post-ops applied in fp32 to the accumulators.
+the composite's post-ops applied in fp32 to the accumulators. A batch norm + ReLU before a
+conv, read by nothing else (DenseNet's pre-activation), is applied by the conv as it rounds
+its input (`_prologue`).
 
 A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a bf16 kernel
 takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
@@ -28,7 +30,7 @@ from __future__ import annotations
 import warnings
 
 import tvm
-from tvm import relax
+from tvm import relax, topi
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
@@ -37,6 +39,7 @@ from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute import fits_amx, fits_amx_conv
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.matmul import pack_dense_weight
+from .. import provenance
 from ..errors import InputError
 from ..patterns.table import PATTERN_ATTR
 from ..target import isa_features, target_string
@@ -49,7 +52,7 @@ from .lower_composites import (
     winograd_enabled,
     winograd_tile,
 )
-from .rebind import is_op, mutate_functions, readers
+from .rebind import is_op, mutate_functions, readers, same_type
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -68,6 +71,8 @@ def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.
             if PATTERN_ATTR in (func.attrs or {}):
                 return None
             realizer.bits = _bits_outputs(mod, func, lanes, native, amx)
+            realizer.reads = readers(func)
+            realizer.values = {b.var: b.value for block in func.body.blocks for b in block.bindings}
             return realizer.visit_expr(func)
 
         updated = mutate_functions(mod, realizer, realized)
@@ -171,6 +176,33 @@ def _direct_beats_winograd(conv: relax.Call, weight: relax.Expr) -> bool:
     return in_channels * int(conv.ty.shape[3]) <= DIRECT_BF16_3X3
 
 
+# Elementwise steps a bf16 conv applies to its input as it reads it (`_prologue`).
+_PROLOGUE_OPS = {"relax.multiply": topi.multiply, "relax.add": topi.add, "relax.nn.relu": topi.nn.relu}
+
+
+def _prologue(data: relax.Expr, values: dict, reads: dict, conv: relax.Var) -> list[tuple[relax.Var, relax.Call]]:
+    """The steps that make a conv's `data` from a tensor, first to last: multiplies and adds by
+    constants of the tensor's shape or broadcast to it (per channel) and ReLUs, each read only
+    by the next and the last only by the conv (the binding `conv`): a pre-activation batch norm
+    + ReLU (DenseNet's before each conv, on the concat of the layers before), which the bf16
+    conv applies as it rounds its input to bf16 instead of a kernel of its own that writes
+    the normalized tensor in fp32 for the conv to read. Each step as (its variable, its call);
+    [] if `data` is not so made."""
+    steps, var, reader = [], data, conv
+    while isinstance(var, relax.Var) and var in values and [getattr(r, "var", None) for r in reads.get(var, [])] \
+            == [reader]:
+        step = values[var]
+        if not (isinstance(step, relax.Call) and isinstance(step.op, tvm.ir.Op) and step.op.name in _PROLOGUE_OPS):
+            break
+        source, *constants = step.args
+        if not isinstance(source, relax.Var) or not same_type(step, source) \
+                or not all(isinstance(c, GenericConst) for c in constants):
+            break
+        steps.append((var, step))
+        var, reader = source, var
+    return steps[::-1]
+
+
 @mutator
 class _Realizer(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, native: bool, amx: bool):
@@ -205,8 +237,28 @@ class _Realizer(PyExprMutator):
             return tensor if tensor.dtype != BITS or any(param.same_as(o) for o in operands) \
                 else from_bits_tensor(tensor)
 
-        real = composite_compute(func.body, list(func.params), anchor, widened)
-        return self._kernel(func, real, args, "bf16_", {BF16_ATTR: True})
+        data = next(i for i, p in enumerate(func.params) if p.same_as(operands[0]))
+        steps = _prologue(call.args[data], self.values, self.reads, self.binding) \
+            if is_op(func.body.blocks[0].bindings[0].value, "relax.nn.conv2d") else []
+        if steps:  # the conv reads the steps' input and applies them as it rounds it
+            args[data] = self.visit_expr(steps[0][1].args[0])
+            args += [a for _, step in steps for a in step.args[1:]]
+        composite = composite_compute(func.body, list(func.params), anchor, widened)
+
+        def real(*tensors):
+            if not steps:
+                return composite(*tensors)
+            operands_in, constants = list(tensors[:len(func.params)]), iter(tensors[len(func.params):])
+            value = operands_in[data]
+            value = from_bits_tensor(value) if value.dtype == BITS else value
+            for _, step in steps:
+                value = _PROLOGUE_OPS[step.op.name](value, *(next(constants) for _ in step.args[1:]))
+            operands_in[data] = value
+            return composite(*operands_in)
+
+        nodes = {n for var, step in steps for n in [provenance.node_index(var), *provenance.span_nodes(step)]}
+        nodes.discard(None)
+        return self._kernel(func, real, args, "bf16_", {BF16_ATTR: True}, nodes)
 
     def _depthwise(self, func: relax.Function, call: relax.Call) -> relax.Expr:
         """A depthwise conv kernel in fp32 that widens any bf16 input and writes bf16 where its
@@ -218,10 +270,12 @@ class _Realizer(PyExprMutator):
                                  lambda _param, tensor: from_bits_tensor(tensor) if tensor.dtype == BITS else tensor)
         return self._kernel(func, real, args)
 
-    def _kernel(self, func: relax.Function, real, args, prefix: str = "", attrs: dict | None = None) -> relax.Expr:
-        """The kernel computing `real`, rounding its output to bf16 if the binding writes bf16."""
+    def _kernel(self, func: relax.Function, real, args, prefix: str = "", attrs: dict | None = None,
+                nodes=()) -> relax.Expr:
+        """The kernel computing `real`, rounding its output to bf16 if the binding writes bf16;
+        `nodes`: ONNX nodes it computes besides the composite's."""
         compute = (lambda *tensors: to_bits_tensor(real(*tensors))) if self.binding in self.bits else real
-        return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, prefix, attrs))
+        return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, prefix, attrs, nodes))
 
 
 PRECISIONS = ("fp32", "bf16")
