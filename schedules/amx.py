@@ -20,6 +20,7 @@ for any target with amx-tile (`-mcpu=sapphirerapids`) and run only where the OS 
 each (kind, tiles, shape) is registered on first use. Every program is built once for the
 hardware and once, for tests on any host, on emulated tile registers (`emulated_tiles`).
 """
+
 from __future__ import annotations
 
 import math
@@ -336,7 +337,8 @@ def _intrinsic(name: str, *args) -> None:
 
 class _HardwareTiles:
     """The tile instructions, emitted into the program being built. Offsets and strides are in
-    elements of the buffer a tile is loaded from or stored to; rows are 64 bytes."""
+    elements of the buffer a tile is loaded from or stored to; each tile's rows and bytes per
+    row are its entry of `shapes` (`_shapes`)."""
 
     def __init__(self, shapes: list[tuple[int, int, str]], buffers: list[tirx.Buffer]):
         self.shapes = shapes
@@ -373,13 +375,12 @@ class _HardwareTiles:
 
 
 def _bytes(stride, dtype: str) -> tirx.PrimExpr:
-    return (tirx.const(stride, "int32") if isinstance(stride, int) else stride).astype("int64") \
-        * (tvm.DataType(dtype).bits // 8)
+    return (tirx.const(stride, "int32") if isinstance(stride, int) else stride).astype("int64") * _size(dtype)
 
 
 class _EmulatedTiles:
     """The same program on tile registers emulated in scalar TIR: each register a local buffer
-    of its rows x 64 bytes (as elements of the type the program keeps in it), each instruction
+    of its rows x bytes per row (as elements of the type the program keeps in it), each instruction
     the loops of its definition in Intel's manual, each load and store at the element offset and
     row stride the hardware would take. It runs on any host, so every address, stride and tile
     number of a tile program is tested where AMX is absent; only the instructions themselves need

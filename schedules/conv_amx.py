@@ -15,8 +15,8 @@ from __future__ import annotations
 from tvm import s_tir
 
 from .amx import BF16, INT8, MAX_ROWS, ConvWindow, TileKind, Tiles, conv_tile_product, tensorize_tiles
-from .common import divisors, static_extent, store_tile, vectorize_innermost
-from .conv_nchwc_dot import inline_elementwise
+from .common import divisors, static_extent, store_tile
+from .conv_nchwc_dot import inline_elementwise, input_pass
 from .dense_amx import TILE_GRIDS
 
 
@@ -57,9 +57,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: Tiles | None = None)
     kind = _kind(sch, block)
     window = _window(sch, block)
     epilogue = inline_elementwise(sch, block)
-    for producer in sch.get_producers(block):  # the padded input: tiles load from memory
-        sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
-        vectorize_innermost(sch, producer, lanes)
+    input_pass(sch, block, lanes)  # the padded input in memory, where tiles load it
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles])
     x_out, x_in = sch.split(x, [None, knobs.rows * knobs.row_tiles])

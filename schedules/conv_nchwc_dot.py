@@ -67,9 +67,7 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, chann
                               intrinsic: Callable[[int], str], lanes: int) -> None:
     """`intrinsic(lanes)`: the tensor intrinsic's name for an output block of `lanes` accumulators."""
     epilogue = inline_elementwise(sch, block)
-    for producer in sch.get_producers(block):  # the padded (rounded, normalized) input, a pass of its own
-        sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
-        vectorize_innermost(sch, producer, lanes)
+    input_pass(sch, block, lanes)
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, channel_tile])
     x_out, x_in = sch.split(x, [None, width_tile])
@@ -92,5 +90,12 @@ def inline_elementwise(sch: s_tir.Schedule, anchor):
     for name in names:
         if name not in kept:
             sch.compute_inline(sch.get_sblock(name))
-    return None if sch.get(blocks[-1]).name_hint == sch.get(anchor).name_hint else sch.get_sblock(
-        sch.get(blocks[-1]).name_hint)
+    return None if sch.get(blocks[-1]).name_hint == sch.get(anchor).name_hint else blocks[-1]
+
+
+def input_pass(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+    """The anchor's direct producers (its padded input, rounded to bf16 or normalized as it is
+    read) as passes of their own: parallel over their two outer loops, vectorized inside."""
+    for producer in sch.get_producers(anchor):
+        sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
+        vectorize_innermost(sch, producer, lanes)

@@ -32,10 +32,11 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[LrnKnobs]:
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: LrnKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
-    if _pixels(sch, block) % knobs.vector:
-        raise ValueError(f"{knobs.vector} does not divide the {_pixels(sch, block)} pixels of a channel")
+    pixels = _pixels(sch, block)
+    if pixels % knobs.vector:
+        raise ValueError(f"{knobs.vector} does not divide the {pixels} pixels of a channel")
     n, c, *spatial = sch.get_loops(block)
     sch.parallel(sch.fuse(n, c))
-    pixels = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    step, vector = sch.split(pixels, [None, knobs.vector])
+    flat = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    _, vector = sch.split(flat, [None, knobs.vector])
     sch.vectorize(vector)

@@ -43,7 +43,7 @@ def _host_llvm_features() -> dict[str, bool]:
     process use it (`amx.amx_permitted`): LLVM reads CPUID, which ignores the OS."""
     features = _llvm_reported_features()
     if not amx_permitted():
-        features = {name: on and not name.startswith("amx") for name, on in features.items()}
+        features = {name: on and not _is_amx(name) for name, on in features.items()}
     return features
 
 
@@ -168,14 +168,16 @@ def target_string(target: tvm.target.Target | str, brief: bool = False) -> str:
     return " ".join(words)
 
 
-AMX_FEATURES = ("amx-tile", "amx-int8", "amx-bf16")
+def _is_amx(feature: str) -> bool:
+    """Whether an LLVM feature is one of AMX's (amx-tile, amx-int8, amx-bf16, amx-fp16, ...)."""
+    return feature.startswith("amx")
 
 
 def without_amx(target: tvm.target.Target) -> tvm.target.Target:
-    """`target` with its AMX features turned off: the same CPU's vector (VNNI / AVX512-BF16) code."""
+    """`target` with every AMX feature turned off: the same CPU's vector (VNNI / AVX512-BF16) code."""
     spec = dict(target.export())
-    kept = [f for f in spec.get("mattr", []) if f.lstrip("+-") not in AMX_FEATURES]
-    spec["mattr"] = kept + [f"-{feature}" for feature in AMX_FEATURES]
+    kept = [f for f in spec.get("mattr", []) if not _is_amx(f.lstrip("+-"))]
+    spec["mattr"] = kept + ["-amx-tile", "-amx-int8", "-amx-bf16"]
     return tvm.target.Target(spec)
 
 

@@ -62,9 +62,10 @@ def _inverse_quarter_power(v: tirx.PrimExpr, quarters: int) -> tirx.PrimExpr:
     v_var, steps = tirx.Var("scale", "float32"), []
     y = tirx.reinterpret("float32", tirx.const(_FOURTH_ROOT_MAGIC, "int32") - (tirx.reinterpret("int32", v_var) >> 2))
     for step in range(_NEWTON_STEPS):
-        steps.append((tirx.Var(f"root{step}", "float32"), y))
-        y = steps[-1][0]
-        y = y * (tirx.const(1.25, "float32") - tirx.const(0.25, "float32") * v_var * (y * y) * (y * y))
+        estimate = tirx.Var(f"root{step}", "float32")
+        steps.append((estimate, y))
+        square = estimate * estimate
+        y = estimate * (tirx.const(1.25, "float32") - tirx.const(0.25, "float32") * v_var * square * square)
     root = tirx.Var("root", "float32")
     power = root
     for _ in range(quarters - 1):
