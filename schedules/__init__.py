@@ -32,6 +32,7 @@ from . import (
     matmul,
     rowwise,
     winograd_nchwc,
+    winograd_nchwc_bf16,
 )
 from .amx import Tiles
 from .common import anchor_block
@@ -69,6 +70,8 @@ RULES = {
     "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                                     winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
+    "tvm_fuse.winograd_nchwc_bf16": Rule(winograd_nchwc_bf16.schedule, winograd_nchwc.WinogradKnobs,
+                                         winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
 }
 KNOBS_ATTR = "tvm_fuse.knobs"  # on a scheduled kernel: "tuned" (from a record) or "default"
 

@@ -43,20 +43,25 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[WinogradKnobs]:
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs | None = None) -> None:
-    knobs = knobs or default_knobs(sch, block, lanes)
+    schedule_stages(sch, block, lanes, knobs or default_knobs(sch, block, lanes), _product)
+
+
+def schedule_stages(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs, product) -> None:
+    """Every stage but the product, which `product(sch, block, lanes, knobs)` schedules."""
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(block)))
-    *before, input_rows, transformed_input = blocks[:position]
+    *before, pad, input_rows, transformed_input = blocks[:position]
     output_rows, transformed_output, *after = blocks[position + 1:]
-    for stage in after[:-1]:  # the gather and the epilogue's elementwise stages
+    # Elementwise stages: the gather and the epilogue's; before the pad, a bf16 operand's
+    # widening and a bf16 conv's prologue (`transform.realize_bf16`).
+    for stage in [*before, *after[:-1]]:
         sch.compute_inline(stage)
-    for pad in before:
-        sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
+    sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
     eps, nu, n, chunk, tiles, lane = sch.get_loops(transformed_input)
     sch.reorder(n, chunk, tiles, eps, nu, lane)
     sch.parallel(sch.fuse(n, chunk))
     _transform(sch, transformed_input, input_rows, tiles, eps, nu, lane)
-    _product(sch, block, lanes, knobs)
+    product(sch, block, lanes, knobs)
     n, chunk, tiles_h, tiles_w, vh, vw, lane = sch.get_loops(transformed_output)
     sch.parallel(sch.fuse(n, chunk, tiles_h))
     _transform(sch, transformed_output, output_rows, tiles_w, vh, vw, lane)

@@ -23,6 +23,7 @@ from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
 from tvm_fuse.target import parse_target
+from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
 # (input blocks, block, output blocks, size, kernel, stride, padding, dilation)
 WINDOWS = [(2, 16, 2, 8, 1, 1, 0, 1), (2, 16, 3, 8, 3, 1, 1, 1), (1, 16, 4, 9, 3, 2, 1, 1),
@@ -144,6 +145,7 @@ def test_an_int8_model_on_tiles_equals_its_vnni_build_exactly(monkeypatch):
 @pytest.mark.bf16
 def test_a_bf16_model_on_tiles_matches_its_vdpbf16ps_build(monkeypatch):
     x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    monkeypatch.setenv(WINOGRAD_SWITCH, "1")  # the vector build's 3x3 as a direct conv, as on tiles
     (vector,) = tvm_fuse.build(residual_block(), "native", precision="bf16").run(None, {"x": x})
     model = _amx_target_build(residual_block(), monkeypatch, precision="bf16")
     assert "vdpbf16ps" not in model.assembly()  # every conv on (emulated) tiles

@@ -162,8 +162,9 @@ def _kernel_dtypes(model, target: str, native: bool) -> dict[str, tuple[list[str
 
 def test_a_kernel_only_bf16_kernels_read_passes_them_bf16():
     kernels = _kernel_dtypes(_residual_model(), BF16_TARGET, native=True)
-    (reduce, spatial), (expand,) = ([v for k, v in kernels.items() if k.startswith(f"bf16_conv2d_{pattern}")]
-                                    for pattern in ("relu", "sum_relu"))
+    (reduce,), (spatial,), (expand,) = ([v for k, v in kernels.items() if k.startswith(name)]
+                                        for name in ("bf16_conv2d_relu", "bf16_winograd2_conv2d_relu",
+                                                     "bf16_conv2d_sum_relu"))
     assert reduce[1] == spatial[1] == "uint16"  # written as bf16 bits
     assert spatial[0][0] == "uint16" and expand[0][0] == "uint16"  # read as data without a rounding pass
     assert expand[0][2] == "uint16"  # and as the residual
@@ -210,8 +211,6 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
     assert head[0][0] == "uint16"  # the concat joined bf16 tensors
 
 
-# Each model with its input shape and the nodes that must run in bf16 (a 3x3 narrow enough for
-# a direct bf16 conv, not Winograd; an RGB stem).
 def _dense_block_model(batch_norm_read_twice: bool = False):
     """DenseNet's layer after a stem conv: batch norm + ReLU before each conv (on the stem's
     output, then on the concat of it and the layer's output), 1x1 and 3x3 convs.
@@ -250,11 +249,39 @@ def _dense_block_model(batch_norm_read_twice: bool = False):
     return model
 
 
+def _preactivation_model():
+    """A pre-activation residual block: a 3x3 conv, then batch norm + ReLU before a second 3x3
+    conv, whose output adds the first's. Both 3x3s are Winograd's, the second with the batch
+    norm applied as it reads (the first's output has two readers: the norm does not fold)."""
+    rng = np.random.default_rng(5)
+    weight = functools.partial(_weight, rng)
+    params = [numpy_helper.from_array(v.astype(np.float32), f"bn_{k}") for k, v in
+              (("scale", rng.uniform(0.5, 1.5, 32)), ("bias", rng.standard_normal(32) * 0.1),
+               ("mean", rng.standard_normal(32) * 0.1), ("var", rng.uniform(0.5, 1.5, 32)))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["s"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["s", *(p.name for p in params)], ["n"], name="bn"),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w1"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "s"], ["y"], name="residual"),
+    ]
+    graph = helper.make_graph(
+        nodes, "preactivation", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [weight("w0", 32, 16, 3, 3), weight("w1", 32, 32, 3, 3), *params])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+# Each model with its input shape and the nodes that must run in bf16 (3x3s at 14x14 as bf16
+# Winograd, an RGB stem as a direct bf16 conv).
 CHAINS = [(_residual_model, (1, 16, 14, 14), ("reduce", "spatial", "expand")),
           (_fire_model, (1, 3, 16, 16), ("stem", "squeeze", "expand1", "expand3", "head")),
           # Each batch norm + ReLU before a conv is applied by that conv as it rounds its input.
           (_dense_block_model, (1, 16, 14, 14),
-           ("stem", "bn0", "relu0", "bottleneck", "spatial", "bn1", "relu2", "transition"))]
+           ("stem", "bn0", "relu0", "bottleneck", "spatial", "bn1", "relu2", "transition")),
+          (_preactivation_model, (1, 16, 14, 14), ("stem", "bn", "relu", "conv", "residual"))]
 
 
 def test_a_batch_norm_before_a_conv_joins_its_kernel_only_when_nothing_else_reads_it():

@@ -18,6 +18,7 @@ from tvm import te, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
 from . import SCHEDULE_RULE
+from .bf16 import BITS, from_bits
 
 WINOGRAD_RULE = "tvm_fuse.winograd_nchwc"
 KERNEL = 3
@@ -46,33 +47,54 @@ def transform_weight(weight: np.ndarray, tile: int) -> np.ndarray:
 
 def conv2d_winograd_nchwc(data: te.Tensor, weight: te.Tensor, padding, tile: int) -> te.Tensor:
     """The stride-1, undilated 3x3 `conv2d_nchwc` with weights from `transform_weight`."""
-    alpha = tile + KERNEL - 1
-    a_matrix, b_matrix, _ = transform_matrices(tile)
-    batch, in_chunks, height, width, in_block = (int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in data.shape)
-    out_chunks, out_block = int(weight.shape[2]), int(weight.shape[5])
+    inputs = winograd_input(data, padding, tile)
+    alpha, _, batch, in_chunks, tiles, in_block = inputs.shape
+    ic = te.reduce_axis((0, in_chunks), name="ic")
+    ib = te.reduce_axis((0, in_block), name="ib")
+    product = te.compute(
+        (alpha, alpha, batch, weight.shape[2], tiles, weight.shape[5]),
+        lambda eps, nu, n, oc, t, ob: te.sum(inputs[eps, nu, n, ic, t, ib] * weight[eps, nu, oc, ic, ib, ob], axis=[ic, ib]),
+        name="winograd_product", attrs={SCHEDULE_RULE: WINOGRAD_RULE})
+    return winograd_output(product, data, padding, tile)
+
+
+def _geometry(data: te.Tensor, padding, tile: int) -> tuple[int, int, int, int]:
+    """(out_h, out_w, tiles_h, tiles_w) of the conv of `data`."""
     top, left, bottom, right = padding
-    out_h, out_w = height + top + bottom - KERNEL + 1, width + left + right - KERNEL + 1
-    tiles_h, tiles_w = -(-out_h // tile), -(-out_w // tile)
+    out_h, out_w = int(data.shape[2]) + top + bottom - KERNEL + 1, int(data.shape[3]) + left + right - KERNEL + 1
+    return out_h, out_w, -(-out_h // tile), -(-out_w // tile)
+
+
+def winograd_input(data: te.Tensor, padding, tile: int, store=lambda value: value) -> te.Tensor:
+    """B^T d B of every tile of `data`, [alpha, alpha, N, C/c, tiles, c], each value as `store`
+    writes it. `data` may be bf16 bits, widened as they are read."""
+    _, b_matrix, _ = transform_matrices(tile)
+    batch, in_chunks, height, width, in_block = (int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in data.shape)
+    top, left, *_ = padding
+    _, _, tiles_h, tiles_w = _geometry(data, padding, tile)
     # Pad past the bottom and right edges so every tile's input window is inside.
     padded = topi.nn.pad(data, [0, 0, top, left, 0],
                          [0, 0, tiles_h * tile + 2 - height - top, tiles_w * tile + 2 - width - left, 0], name="pad")
+    value = (lambda index: from_bits(padded[index])) if data.dtype == BITS else padded.__getitem__
 
     # Each transform is separable: rows first, then columns.
     def input_rows(eps, b, n, ic, t, ib):
         y, x = (t // tiles_w) * tile, (t % tiles_w) * tile
-        return _combination(b_matrix, eps, lambda a: padded[n, ic, y + a, x + b, ib])
+        return _combination(b_matrix, eps, lambda a: value((n, ic, y + a, x + b, ib)))
 
-    tiles = tiles_h * tiles_w
-    rows = te.compute((alpha, alpha, batch, in_chunks, tiles, in_block), input_rows, name="winograd_input_rows")
-    inputs = te.compute((alpha, alpha, batch, in_chunks, tiles, in_block),
-                        lambda eps, nu, n, ic, t, ib: _combination(b_matrix, nu, lambda b: rows[eps, b, n, ic, t, ib]),
-                        name="winograd_input")
-    ic = te.reduce_axis((0, in_chunks), name="ic")
-    ib = te.reduce_axis((0, in_block), name="ib")
-    product = te.compute(
-        (alpha, alpha, batch, out_chunks, tiles, out_block),
-        lambda eps, nu, n, oc, t, ob: te.sum(inputs[eps, nu, n, ic, t, ib] * weight[eps, nu, oc, ic, ib, ob], axis=[ic, ib]),
-        name="winograd_product", attrs={SCHEDULE_RULE: WINOGRAD_RULE})
+    alpha = tile + KERNEL - 1
+    shape = (alpha, alpha, batch, in_chunks, tiles_h * tiles_w, in_block)
+    rows = te.compute(shape, input_rows, name="winograd_input_rows")
+    return te.compute(shape, lambda eps, nu, n, ic, t, ib: store(
+        _combination(b_matrix, nu, lambda b: rows[eps, b, n, ic, t, ib])), name="winograd_input")
+
+
+def winograd_output(product: te.Tensor, data: te.Tensor, padding, tile: int) -> te.Tensor:
+    """A^T M A of the tile products `product` ([alpha, alpha, N, O/c, tiles, c]): the conv of
+    `data` in NCHW{c}c."""
+    a_matrix, _, _ = transform_matrices(tile)
+    alpha, _, batch, out_chunks, _, out_block = product.shape
+    out_h, out_w, tiles_h, tiles_w = _geometry(data, padding, tile)
     out_rows = te.compute(
         (batch, out_chunks, tiles_h, tiles_w, tile, alpha, out_block),
         lambda n, oc, ty, tx, vh, b, ob: _combination(a_matrix, vh, lambda a: product[a, b, n, oc, ty * tiles_w + tx, ob]),

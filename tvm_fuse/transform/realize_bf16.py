@@ -4,9 +4,11 @@ Each composite whose anchor is a blocked (NCHW{c}c) conv or a dense layer with c
 becomes ONE bf16 kernel: its weights rounded to bf16 and packed in pairs along the reduction
 here, at build time (`compute.bf16`), its fp32 input rounded to bf16 as the kernel reads it (a
 conv's as it pads it; an RGB stem's 3 channels read as 4), the products summed in fp32, and
-the composite's post-ops applied in fp32 to the accumulators. A batch norm + ReLU before a
-conv, read by nothing else (DenseNet's pre-activation), is applied by the conv as it rounds
-its input (`_prologue`).
+the composite's post-ops applied in fp32 to the accumulators. A 3x3 conv that Winograd takes
+in fp32 runs as a bf16 Winograd conv with the same tile (`compute.winograd_nchwc_bf16`: its
+transforms in fp32, the transformed input and weights rounded to bf16 for the product). A
+batch norm + ReLU before a conv, read by nothing else (DenseNet's pre-activation), is applied
+by the conv as it rounds its input (`_prologue`).
 
 A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a bf16 kernel
 takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
@@ -21,8 +23,7 @@ Winograd would otherwise take), with the same weight packing; other shapes stay 
 
 Left in fp32: products of two activations (attention's), dense layers whose columns the vector
 width does not divide or whose reduction is odd, depthwise convs' arithmetic (bound by memory:
-halving their products gains nothing), and the wide 3x3 convs Winograd takes (its 4x fewer
-products outweigh bf16's 2x rate there; `DIRECT_BF16_3X3`).
+halving their products gains nothing).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute import fits_amx, fits_amx_conv
 from ..compute.dense_bf16 import dense_packed_bf16
+from ..compute.winograd_nchwc_bf16 import conv2d_winograd_nchwc_bf16, transform_weight_bf16
 from ..compute.matmul import pack_dense_weight
 from .. import provenance
 from ..errors import InputError
@@ -82,10 +84,10 @@ def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.
 
 
 def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool = False):
-    """(the weight's parameter position, its bf16 packing, the anchor's bf16 compute) if
-    composite `func`, called on `args`, runs as a bf16 kernel; else None. `amx`: a dense layer
-    or conv that fits AMX tiles computes on them (the same packing); such a 3x3 conv is never
-    left to Winograd, whose 2.25x fewer products cannot match the tiles' rate."""
+    """(the weight's parameter position, its bf16 packing, the anchor's bf16 compute, the
+    kernel's name prefix) if composite `func`, called on `args`, runs as a bf16 kernel; else
+    None. `amx`: a dense layer or conv that fits AMX tiles computes on them (the same packing);
+    such a 3x3 conv is never left to Winograd, whose fewer products cannot match the tiles' rate."""
     anchor = func.body.blocks[0].bindings[0].value
     position = next((i for i, p in enumerate(func.params) if p.same_as(anchor.args[1])), None)
     weight = args[position] if position is not None else None
@@ -98,7 +100,7 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         packed = pack_dense_pairs(pack_dense_weight(weight.value.numpy(), lanes))
         tiles = amx and fits_amx(k, 2, lanes)  # bf16: 2 bytes
         return position, packed, \
-            lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native, amx=tiles)
+            lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native, amx=tiles), "bf16_"
     if anchor.op.name != "relax.nn.conv2d" or weight.ty.ndim != 6:
         return None
     attrs = anchor.attrs
@@ -106,12 +108,14 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1) or out_block not in BF16_OUT_BLOCKS:
         return None
     tiles = amx and fits_amx_conv(in_block + in_block % PAIR, 2, out_block, int(anchor.ty.shape[3]))
-    if not tiles and winograd_enabled() and winograd_tile(anchor) is not None \
-            and not _direct_beats_winograd(anchor, weight):
-        return None
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
+    tile = winograd_tile(anchor) if winograd_enabled() and not tiles and not in_block % PAIR else None
+    if tile is not None:
+        return position, transform_weight_bf16(weight.value.numpy(), tile), \
+            lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
+                                                                          native), f"bf16_winograd{tile}_"
     return position, pack_pairs(weight.value.numpy()), \
-        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles)
+        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles), "bf16_"
 
 
 def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
@@ -161,19 +165,6 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
         if kept == writing:
             return writing
         writing = kept
-
-
-# A 3x3 conv Winograd takes runs as a bf16 direct conv up to this many input channels x output
-# columns. Measured on an AVX512-BF16 host (Zen 5, bf16 builds, same run): ResNet-50's and
-# ResNet-18's 3x3s (64 x 56, 128 x 28, 256 x 14) made ResNet-50 8% and ResNet-18 17% faster
-# direct, where the bf16 chain around them stays unbroken; VGG-19's (64 x 224 ... 512 x 14) and
-# DenseNet-121's wider ones (128 x 56) were 1-8% faster left to Winograd's 4x fewer products.
-DIRECT_BF16_3X3 = 64 * 56
-
-
-def _direct_beats_winograd(conv: relax.Call, weight: relax.Expr) -> bool:
-    in_channels = int(weight.ty.shape[1]) * int(weight.ty.shape[4])
-    return in_channels * int(conv.ty.shape[3]) <= DIRECT_BF16_3X3
 
 
 # Elementwise steps a bf16 conv applies to its input as it reads it (`_prologue`).
@@ -228,7 +219,7 @@ class _Realizer(PyExprMutator):
             return super().visit_call_(call)
         # Not rebuilt as a call of the composite: an argument may now be bf16, which it does not take.
         args = [self.visit_expr(a) for a in call.args]
-        position, packed, anchor = found
+        position, packed, anchor, prefix = found
         args[position] = relax.const(packed)
         operands = func.body.blocks[0].bindings[0].value.args[:2]  # the anchor's data and weight
 
@@ -258,7 +249,7 @@ class _Realizer(PyExprMutator):
 
         nodes = {n for var, step in steps for n in [provenance.node_index(var), *provenance.span_nodes(step)]}
         nodes.discard(None)
-        return self._kernel(func, real, args, "bf16_", {BF16_ATTR: True}, nodes)
+        return self._kernel(func, real, args, prefix, {BF16_ATTR: True}, nodes)
 
     def _depthwise(self, func: relax.Function, call: relax.Call) -> relax.Expr:
         """A depthwise conv kernel in fp32 that widens any bf16 input and writes bf16 where its
