@@ -179,6 +179,21 @@ def test_a_depthwise_conv_between_bf16_kernels_reads_and_writes_bf16():
     assert depthwise[1] == "uint16"
 
 
+def test_wide_3x3s_at_7x7_run_as_bf16_winograd_narrow_ones_direct():
+    """F(2x2) from 7x7 pixels for convs of 256 output channels or more (BF16_SMALL_TILE_CHANNELS)."""
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "wide"], ["a"], name="wide", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "narrow"], ["y"], name="narrow", pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(
+        nodes, "small_maps", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 7, 7])],
+        [_weight(rng, "wide", 256, 32, 3, 3), _weight(rng, "narrow", 32, 256, 3, 3)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    names = sorted(_kernel_dtypes(model, BF16_TARGET, native=True))
+    assert names == ["bf16_conv2d", "bf16_winograd2_conv2d"], names
+
+
 def _fire_model():
     """An RGB stem conv 3->16, then a SqueezeNet fire module: squeeze 1x1 16->16, expand 1x1 and
     3x3 16->16 each, their concat, and a 1x1 head 32->16."""

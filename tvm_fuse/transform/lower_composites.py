@@ -27,6 +27,7 @@ from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
 from ..compute.winograd_nchwc import (
     KERNEL,
+    TILE_BY_OUTPUT_SIDE,
     choose_tile,
     conv2d_winograd_nchwc,
     transform_weight,
@@ -101,8 +102,9 @@ def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -
     return _Weight(position, relax.const(transform_weight(weight.value.numpy(), tile)), winograd_tile=tile)
 
 
-def winograd_tile(conv: relax.Call) -> int | None:
-    """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv (`choose_tile`)."""
+def winograd_tile(conv: relax.Call, table=TILE_BY_OUTPUT_SIDE) -> int | None:
+    """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv (`choose_tile` in
+    `table`)."""
     attrs = conv.attrs
     data, weight = (None if arg.ty.shape is None else list(arg.ty.shape) for arg in conv.args)
     if (str(attrs.data_layout) in ("NCW", "NCHW") or int(attrs.groups) != 1 or weight is None
@@ -114,7 +116,7 @@ def winograd_tile(conv: relax.Call) -> int | None:
         # transforms took LLVM minutes to compile (the CRNN stem at batch 2: 350 s).
         return None
     top, left, bottom, right = (int(p) for p in attrs.padding)
-    return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1)
+    return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1, table)
 
 
 def called_composite(mod: tvm.IRModule, call: relax.Call) -> relax.Function | None:

@@ -39,7 +39,13 @@ from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute import fits_amx, fits_amx_conv
 from ..compute.dense_bf16 import dense_packed_bf16
-from ..compute.winograd_nchwc_bf16 import conv2d_winograd_nchwc_bf16, transform_weight_bf16
+from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
+from ..compute.winograd_nchwc_bf16 import (
+    BF16_SMALL_TILE_CHANNELS,
+    BF16_TILE_BY_OUTPUT_SIDE,
+    conv2d_winograd_nchwc_bf16,
+    transform_weight_bf16,
+)
 from ..compute.matmul import pack_dense_weight
 from .. import provenance
 from ..errors import InputError
@@ -109,7 +115,9 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return None
     tiles = amx and fits_amx_conv(in_block + in_block % PAIR, 2, out_block, int(anchor.ty.shape[3]))
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
-    tile = winograd_tile(anchor) if winograd_enabled() and not tiles and not in_block % PAIR else None
+    out_channels = int(weight.ty.shape[0]) * out_block
+    table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
+    tile = winograd_tile(anchor, table) if winograd_enabled() and not tiles and not in_block % PAIR else None
     if tile is not None:
         return position, transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
