@@ -5,10 +5,11 @@ becomes ONE bf16 kernel: its weights rounded to bf16 and packed in pairs along t
 here, at build time (`compute.bf16`), its fp32 input rounded to bf16 as the kernel reads it (a
 conv's as it pads it; an RGB stem's 3 channels read as 4), the products summed in fp32, and
 the composite's post-ops applied in fp32 to the accumulators. A 3x3 conv that Winograd takes
-in fp32 runs as a bf16 Winograd conv with the same tile (`compute.winograd_nchwc_bf16`: its
-transforms in fp32, the transformed input and weights rounded to bf16 for the product). A
-batch norm + ReLU before a conv, read by nothing else (DenseNet's pre-activation), is applied
-by the conv as it rounds its input (`_prologue`).
+in fp32 runs as a bf16 Winograd conv with the same tile, as does one of 256 output channels or
+more from 7x7 (`compute.winograd_nchwc_bf16`: its transforms in fp32, the transformed input
+and weights rounded to bf16 for the product). A batch norm + ReLU before a conv, read by
+nothing else (DenseNet's pre-activation), is applied by the conv as it rounds its input
+(`_prologue`).
 
 A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a bf16 kernel
 takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
