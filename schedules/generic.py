@@ -1,6 +1,8 @@
 """The kernels TVM lowers itself (layout transforms, pooling, elementwise groups, softmax,
-layer norm): each top-level block's leading data-parallel loops fused into one parallel loop,
-and the innermost loop of an elementwise block vectorized when the vector width divides it.
+layer norm): each elementwise stage computed inside the elementwise stages that read it (one
+pass over memory for a chain TVM fused), each remaining top-level block's leading
+data-parallel loops fused into one parallel loop, and the innermost loop of an elementwise
+block vectorized when the vector width divides it (u8 and s8 stores too: a quantize).
 A pooling window over a blocked layout (NCHW{c}c, the lanes the innermost axis everywhere)
 reads its input with the padding inlined and takes the window one vector of lanes at a time.
 (TVM's dlight CPU reduction rule was tried for softmax: 2 ms instead of 4 us on [1, 1000].)"""
@@ -11,6 +13,28 @@ import tvm
 from tvm import s_tir
 
 _PARALLEL_MIN = 64  # fuse leading loops until there is this much parallel work
+# Stored a vector at a time (LLVM cannot vectorize stores of bool).
+_VECTOR_DTYPES = {"float32", "int32", "uint8", "int8", "uint16", "int16"}
+
+
+def _spatial_only(sch: s_tir.Schedule, block) -> bool:
+    return all(it.iter_type == 0 for it in sch.get(block).iter_vars)
+
+
+def _inline_elementwise_chains(sch: s_tir.Schedule, root) -> None:
+    """Compute each elementwise stage inside the one elementwise stage that reads it, so that a
+    chain TVM fused into one kernel (a concat, a batch norm's multiplies and adds, a ReLU, a
+    quantize) is one pass over memory instead of one pass and one intermediate tensor each.
+    A stage read by several is left, so as not to compute it twice. DenseNet-121 (Zen 4, A/B in
+    one process): int8 12.85 -> 8.82 ms (its 58 batch norm + ReLU + quantize kernels before
+    the convs), fp32 25.16 -> 23.75 ms."""
+    for block in list(sch.get_child_blocks(root))[:-1]:
+        consumers = sch.get_consumers(block)
+        if _spatial_only(sch, block) and len(consumers) == 1 and _spatial_only(sch, consumers[0]):
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:  # writes an output, or is read at other indices
+                pass
 
 
 def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tvm.tirx.PrimFunc:
@@ -23,6 +47,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
         if _is_window_over_lanes(sch, block):
             for producer in sch.get_producers(block):  # the padded input, one pass fewer
                 sch.compute_inline(producer)
+    _inline_elementwise_chains(sch, root)
     for block in sch.get_child_blocks(root):
         window = _is_window_over_lanes(sch, block)
         loops = sch.get_loops(block)
@@ -45,7 +70,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
             continue
         innermost = loops[-1]
         written = {str(region.source.dtype) for region in sch.get(block).writes}
-        vectorizable = written <= {"float32", "int32"}  # LLVM cannot vectorize bool stores
+        vectorizable = written <= _VECTOR_DTYPES
         if vectorizable and len(loops) == len(spatial) and _extent(sch, innermost) and _extent(sch, innermost) % lanes == 0:
             _, inner = sch.split(innermost, [None, lanes])
             sch.vectorize(inner)

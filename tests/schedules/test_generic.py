@@ -24,6 +24,34 @@ def test_an_elementwise_kernel_is_parallel_and_vectorized():
     assert "T.parallel" in text and "T.vectorized" in text
 
 
+
+def test_a_chain_of_elementwise_stages_is_one_vectorized_pass_and_exact():
+    """DenseNet's pre-activation in int8 as TVM fuses it: concat, batch norm (multiply, add),
+    ReLU, quantize to u8. One loop nest, no intermediate tensor, the u8 stores vectorized (each
+    stage used to be a pass of its own, writing a tensor the next read)."""
+    a = te.placeholder((1, 2, 4, 4, 16), name="a")
+    b = te.placeholder((1, 1, 4, 4, 16), name="b")
+    scale = te.placeholder((1, 3, 1, 1, 16), name="scale")
+    shift = te.placeholder((1, 3, 1, 1, 16), name="shift")
+    joined = topi.concatenate([a, b], axis=1)
+    normalized = topi.nn.relu(topi.add(topi.multiply(joined, scale), shift))
+    codes = te.compute(normalized.shape, lambda *i: te.min(te.round(normalized(*i) * 20.0), 255.0).astype("uint8"),
+                       name="quantize")
+    target = parse_target("llvm")
+    func = generic.schedule(_func(a, b, scale, shift, codes), target, 16)
+    text = func.script()
+    assert "sblock_alloc_buffer" not in text and text.count("T.parallel") == 1 and "T.vectorized(16)" in text
+    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
+                         tir_pipeline=TIR_PIPELINE)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal([int(d) for d in t.shape]).astype("float32") for t in (a, b, scale, shift)]
+    out = tvm.runtime.tensor(np.zeros((1, 3, 4, 4, 16), "uint8"))
+    kernel(*map(tvm.runtime.tensor, args), out)
+    expected = np.maximum(np.concatenate(args[:2], axis=1) * args[2] + args[3], 0)
+    # Within one code: the kernel may fuse the multiply and add (one rounding fewer).
+    reference = np.minimum(np.round(expected * 20), 255)
+    np.testing.assert_allclose(out.numpy().astype(np.float32), reference, rtol=0, atol=1)
+
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])
 def test_a_blocked_pooling_kernel_is_parallel_vectorized_and_exact(dtype):
     """A 3x3 stride-2 max-pool with padding, as ResNet's: one vector of lanes per window tap,
