@@ -91,9 +91,10 @@ def RealizeBf16(lanes: int = 16, native: bool = True, amx: bool = False) -> tvm.
 
 
 def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool = False):
-    """(the weight's parameter position, its bf16 packing, the anchor's bf16 compute, the
-    kernel's name prefix) if composite `func`, called on `args`, runs as a bf16 kernel; else
-    None. `amx`: a dense layer or conv that fits AMX tiles computes on them (the same packing);
+    """(the weight's parameter position, a function that packs it for bf16, the anchor's bf16
+    compute, the kernel's name prefix) if composite `func`, called on `args`, runs as a bf16
+    kernel; else None. The packing is deferred: `_bf16_kernels` only asks whether there is
+    one. `amx`: a dense layer or conv that fits AMX tiles computes on them (the same packing);
     such a 3x3 conv is never left to Winograd, whose fewer products cannot match the tiles' rate."""
     anchor = func.body.blocks[0].bindings[0].value
     position = next((i for i, p in enumerate(func.params) if p.same_as(anchor.args[1])), None)
@@ -104,9 +105,8 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         k, n = (int(d) for d in weight.ty.shape) if weight.ty.ndim == 2 else (1, 1)
         if weight.ty.ndim != 2 or k % PAIR or n % lanes:
             return None
-        packed = pack_dense_pairs(pack_dense_weight(weight.value.numpy(), lanes))
         tiles = amx and fits_amx(k, 2, lanes)  # bf16: 2 bytes
-        return position, packed, \
+        return position, lambda: pack_dense_pairs(pack_dense_weight(weight.value.numpy(), lanes)), \
             lambda _call, data, packed_weight: dense_packed_bf16(data, packed_weight, native, amx=tiles), "bf16_"
     if anchor.op.name != "relax.nn.conv2d" or weight.ty.ndim != 6:
         return None
@@ -120,10 +120,10 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
     tile = winograd_tile(anchor, table) if winograd_enabled() and not tiles and not in_block % PAIR else None
     if tile is not None:
-        return position, transform_weight_bf16(weight.value.numpy(), tile), \
+        return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    return position, pack_pairs(weight.value.numpy()), \
+    return position, lambda: pack_pairs(weight.value.numpy()), \
         lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles), "bf16_"
 
 
@@ -228,8 +228,8 @@ class _Realizer(PyExprMutator):
             return super().visit_call_(call)
         # Not rebuilt as a call of the composite: an argument may now be bf16, which it does not take.
         args = [self.visit_expr(a) for a in call.args]
-        position, packed, anchor, prefix = found
-        args[position] = relax.const(packed)
+        position, pack, anchor, prefix = found
+        args[position] = relax.const(pack())
         operands = func.body.blocks[0].bindings[0].value.args[:2]  # the anchor's data and weight
 
         def widened(param: relax.Var, tensor):
