@@ -65,6 +65,8 @@ RULES = {
                                 dense_dot.knob_space),
     "tvm_fuse.dense_int8": Rule(dense_int8.schedule, dense_packed.DensePackedKnobs, dense_dot.default_knobs,
                                 dense_dot.knob_space),
+    "tvm_fuse.dense_int8_groups": Rule(dense_int8.schedule_groups, dense_packed.DensePackedKnobs,
+                                       dense_int8.default_group_knobs, dense_int8.group_knob_space),
     "tvm_fuse.conv_nchwc_amx": Rule(conv_amx.schedule, Tiles, conv_amx.default_knobs, conv_amx.knob_space),
     "tvm_fuse.dense_amx": Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
     "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),

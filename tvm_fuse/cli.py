@@ -200,7 +200,8 @@ def _int8_arguments(sub: argparse.ArgumentParser, switch: bool = True) -> None:
                                                                  "runs in int8 without either)")
         sub.add_argument("--int8-activations", choices=ACTIVATIONS, default="static",
                          help="static: scales calibrated on --calib (default); dynamic: no --calib, the dense layers "
-                              "(Gemm, MatMul with constant weights) quantize their input rows at run time and convs stay fp32")
+                              "(Gemm, MatMul with constant weights) quantize their input at run time, a scale per 64 values "
+                              "of a row, and convs stay fp32")
     sub.add_argument("--calib", metavar="PATH",
                      help="calibration samples: a .npy of the input stacked along the batch axis, a .npz with one "
                           "entry per input, a folder of either; or a .json table from `tvm-fuse quantize`")

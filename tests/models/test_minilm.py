@@ -75,9 +75,11 @@ def test_one_build_serves_every_sequence_length(encoder):
 def test_dynamic_int8_embeddings_keep_their_meaning(encoder, exported):
     """On 204 sentences (the four above and tests/models/sentences.txt, ten to a topic, so
     that many neighbours are close calls): each int8 sentence embedding within cosine 0.99 of
-    ONNX Runtime's fp32 one (lowest measured: 0.998), and each sentence's nearest neighbour among
-    the others mostly unchanged (measured: 96.1% on Zen 5, 96.6% on Zen 4 with the attention
-    kernel; ONNX Runtime's own dynamic int8 keeps 73%, with cosines down to 0.93)."""
+    ONNX Runtime's fp32 one (lowest measured: 0.9991), and each sentence's nearest neighbour
+    among the others unchanged for at least 97% of them (measured on Zen 4: 97.5%, 5 of 204
+    changed, each a sentence whose two nearest neighbours are within 0.0032 of each other; with
+    a scale per row instead of per group of 64 values: 96.6%; ONNX Runtime's own dynamic int8
+    keeps 73%, with cosines down to 0.93)."""
     sentences = SENTENCES + (Path(__file__).parent / "sentences.txt").read_text().splitlines()
     batch = 12
     shapes = {"input_ids": (batch, 128), "attention_mask": (batch, 128)}
@@ -99,5 +101,5 @@ def test_dynamic_int8_embeddings_keep_their_meaning(encoder, exported):
         return similarity.argmax(axis=1)
 
     kept = (neighbours(ours) == neighbours(theirs)).mean()
-    assert kept >= 0.95, f"nearest neighbour kept for {kept:.1%} of sentences"
+    assert kept >= 0.97, f"nearest neighbour kept for {kept:.1%} of sentences"
 

@@ -42,10 +42,28 @@ def test_an_encoder_stays_close_to_fp32(encoder):
     feed = {"hidden_states": np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)}
     (ours,) = tvm_fuse.build(encoder, AVX512_TARGET, quantize=DYNAMIC).run(None, feed)
     (reference,) = ort_outputs(encoder, feed)
-    # Per-token scales: each row's error is about 1% of its own range.
+    # A scale per group of a row: each value's error is about 1% of its group's range.
     assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
     cosine = (ours * reference).sum(-1) / np.linalg.norm(ours, axis=-1) / np.linalg.norm(reference, axis=-1)
     assert cosine.min() > 0.999
+
+
+@pytest.mark.vnni
+def test_one_dynamic_build_serves_every_sequence_length():
+    """Sequence symbolic: each length's output equals the build for that length (the same
+    codes, groups and sums), and stays close to fp32. Rows of 128 and 512 values: 2 and 8
+    groups."""
+    encoder = transformer_encoder(batch=1, seq_len="sequence", hidden=128, heads=4, ffn=512)
+    symbolic = tvm_fuse.build(encoder, AVX512_TARGET, quantize=DYNAMIC)
+    rng = np.random.default_rng(5)
+    for length in (1, 7, 33):
+        feed = {"hidden_states": rng.standard_normal((1, length, 128)).astype(np.float32)}
+        static = tvm_fuse.build(encoder, AVX512_TARGET, quantize=DYNAMIC,
+                                input_shapes={"hidden_states": (1, length, 128)})
+        (ours,), (theirs,) = symbolic.run(None, feed), static.run(None, feed)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5 * np.abs(theirs).max())
+        (reference,) = ort_outputs(encoder, feed)
+        assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
 
 
 @pytest.mark.avx512
@@ -75,30 +93,37 @@ def test_bad_configs_are_named(arguments, message):
         QuantConfig(**arguments)
 
 
-def test_on_amx_the_dense_layers_run_tdpbusd(encoder):
-    """Compiles only: runs on any host."""
-    model = tvm_fuse.build(encoder, "llvm -mcpu=sapphirerapids", quantize=DYNAMIC)
+def _calibrated(seed: int) -> QuantConfig:
+    rng = np.random.default_rng(seed)
+    samples = [{"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)} for _ in range(4)]
+    return QuantConfig(calibration=samples, method="minmax")
+
+
+def test_on_amx_calibrated_dense_layers_run_tdpbusd_and_dynamic_ones_vpdpbusd(encoder):
+    """Compiles only: runs on any host. Rows quantized at run time keep a scale per group of
+    64 values, which tiles (a store of the accumulator per 64 bytes of K) would not pay for."""
+    model = tvm_fuse.build(encoder, "llvm -mcpu=sapphirerapids", quantize=_calibrated(3))
     assert re.search(r"tdpbusd\s+%tmm", model.assembly())
     assert model.uses_amx and all(k["int8"] for k in _kernels(model) if k["pattern"].startswith("dense"))
+    dynamic = tvm_fuse.build(encoder, "llvm -mcpu=sapphirerapids", quantize=DYNAMIC)
+    assert "tdpbusd" not in dynamic.assembly() and re.search(r"vpdpbusd\s+%zmm", dynamic.assembly())
 
 
 @pytest.mark.amx
 def test_an_encoder_on_amx_tiles_stays_close_to_fp32(encoder):
-    feed = {"hidden_states": np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)}
-    model = tvm_fuse.build(encoder, quantize=DYNAMIC)  # native: AMX where the OS grants it
+    model = tvm_fuse.build(encoder, quantize=_calibrated(3))  # native: AMX where the OS grants it
     assert model.uses_amx
+    feed = {"hidden_states": np.random.default_rng(4).standard_normal((2, 32, 64)).astype(np.float32)}
     (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
-    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()  # as the VNNI build below
 
 
 @pytest.mark.vnni
 def test_a_calibrated_encoder_runs_its_dense_layers_in_int8_close_to_fp32(encoder):
-    rng = np.random.default_rng(3)
-    samples = [{"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)} for _ in range(4)]
-    model = tvm_fuse.build(encoder, AVX512_TARGET, quantize=QuantConfig(calibration=samples, method="minmax"))
+    model = tvm_fuse.build(encoder, AVX512_TARGET, quantize=_calibrated(3))
     denses = [k for k in _kernels(model) if k["pattern"].startswith("dense")]
     assert denses and all(k["int8"] for k in denses)
-    feed = {"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)}
+    feed = {"hidden_states": np.random.default_rng(4).standard_normal((2, 32, 64)).astype(np.float32)}
     (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
     # One scale per tensor, calibrated on four random batches: 3.1% measured (dynamic: 1.4%).
     assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()

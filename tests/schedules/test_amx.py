@@ -208,11 +208,13 @@ def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
 
 
 @pytest.mark.avx512
-def test_a_dynamic_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch):
+def test_a_calibrated_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch):
     encoder = transformer_encoder(batch=2, seq_len=32, hidden=64)
-    model = _amx_target_build(encoder, monkeypatch, quantize=QuantConfig(activations="dynamic"))
+    rng = np.random.default_rng(3)
+    samples = [{"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)} for _ in range(4)]
+    model = _amx_target_build(encoder, monkeypatch, quantize=QuantConfig(calibration=samples, method="minmax"))
     assert "vpdpbusd" not in model.assembly()  # every dense layer on (emulated) tiles, none on VNNI
-    feed = {"hidden_states": np.random.default_rng(0).standard_normal((2, 32, 64)).astype(np.float32)}
+    feed = {"hidden_states": np.random.default_rng(4).standard_normal((2, 32, 64)).astype(np.float32)}
     (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
-    # As on VNNI (tests/quantization/test_int8_dense.py): each row's error about 1% of its range.
-    assert np.abs(ours - reference).max() <= 0.03 * np.abs(reference).max()
+    # As on VNNI (tests/quantization/test_int8_dense.py): one scale per tensor, 3.1% measured there.
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()

@@ -29,8 +29,8 @@ class QuantConfig:
         max_samples: calibrate on at most this many feeds.
         activations: "static" (scales from calibration, the default) or "dynamic": no
             calibration; each dense layer (Gemm / MatMul with constant weights) quantizes its
-            input at run time, each row (token) on its own range, as ONNX Runtime's
-            `quantize_dynamic` does per tensor. Convs stay fp32 then.
+            input at run time, each group of 64 values of a row (token) on its own range,
+            as ONNX Runtime's `quantize_dynamic` does per tensor. Convs stay fp32 then.
     """
 
     calibration: object = None

@@ -12,8 +12,8 @@ but read s8 weights, with a scale per output column: fp32 weights made them boun
 their weights. Dense layers with more rows whose input has a calibrated scale run in int8
 (`compute.dense_int8`), their input quantized once on that scale. Without a table
 (`QuantConfig(activations="dynamic")`), every dense layer runs in int8 on its input quantized
-at run time, a scale per row (each input quantized once, however many layers read it), and
-convs stay fp32.
+at run time, a scale per group of 64 values of a row (`compute.dense_int8_groups`; each input
+quantized once, however many layers read it), and convs stay fp32.
 
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
@@ -34,7 +34,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import fits_amx, fits_amx_conv, requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
-from ..compute.dense_int8 import dense_int8, dequantize_rows, pack_dense_quads, quantize_rows
+from ..compute.dense_int8 import dense_int8, dense_int8_groups, dequantize_product, pack_dense_quads, quantize_rows, \
+    row_groups
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
@@ -175,34 +176,39 @@ class _Realizer(PyExprMutator):
         codes, scale = quantize_dense_weight(args[weight].value.numpy(), self.per_channel,
                                              S8_MAX if self.vnni or self.amx else S7_MAX)
         block = packing_block(codes.shape[1], self.lanes)
-        tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, 1, block)
-        args[weight] = relax.const(pack_dense_quads(codes, block))
-        if self.table is None:
+        if self.table is None:  # each row in groups, each group on its own range
             args[data], row_params = self._rows_as_codes(call.args[data], args[data])
+            groups, size = row_groups(codes.shape[0])
+            codes = np.pad(codes, [(0, groups * size - codes.shape[0]), (0, 0)])
+            column_sums = codes.astype(np.float32).reshape(groups, size, -1).sum(axis=1)
+
+            def anchor(_call, data_codes, packed, rows, sums, scales):
+                real = dense_int8_groups(data_codes, rows, packed, sums, self.vnni)
+                return requantize.dequantize_columns(real, scales)
         else:  # the calibrated scale, as (scale, low) for every row
             input_scale = self.table.tensors[self.names[call.args[data]]]
             args[data] = self._u8(call.args[data], args[data], input_scale)
             row_params = relax.const(np.array([input_scale.scale, -input_scale.zero_point * input_scale.scale],
                                               np.float32))
-        column_sums = codes.astype(np.float32).sum(axis=0)
+            column_sums = codes.astype(np.float32).sum(axis=0)
+            tiles = self.amx and fits_amx(codes.shape[0] + -codes.shape[0] % QUAD, 1, block)
+
+            def anchor(_call, data_codes, packed, rows, sums, scales):
+                return dequantize_product(dense_int8(data_codes, packed, self.vnni, tiles), rows, sums, scales)
+        args[weight] = relax.const(pack_dense_quads(codes, block))
 
         def compute(*tensors):
-            rows, sums, scales = tensors[len(params):]
-
-            def anchor(_call, data_codes, packed):
-                return dequantize_rows(dense_int8(data_codes, packed, self.vnni, tiles), rows, sums, scales)
-
-            return composite_compute(func.body, params, anchor)(*tensors[:len(params)])
+            extra = tensors[len(params):]
+            return composite_compute(func.body, params, lambda *a: anchor(*a, *extra))(*tensors[:len(params)])
 
         extra = [row_params, relax.const(column_sums), relax.const(scale)]
         self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
 
     def _rows_as_codes(self, original: relax.Var, value: relax.Expr) -> tuple[relax.Var, relax.Var]:
-        """(u8 codes, per-row (scale, low)) of `value`, by one kernel per tensor however many
+        """(u8 codes, per group (scale, low)) of `value`, by one kernel per tensor however many
         dense layers read it."""
         if original not in self.row_codes:
-            lanes = packing_block(int(value.ty.shape[-1]), self.lanes)  # the widest vector dividing a row
-            kernel = self.builder_.call_te(quantize_rows, value, lanes, primfunc_name_hint="quantize_rows",
+            kernel = self.builder_.call_te(quantize_rows, value, self.lanes, primfunc_name_hint="quantize_rows",
                                            primfunc_attrs={KERNEL_ATTR: "quantize_rows", "op_pattern": OPAQUE})
             both = self.builder_.emit(kernel)
             self.row_codes[original] = (self.builder_.emit(relax.TupleGetItem(both, 0)),
