@@ -4,6 +4,7 @@ each call's wall time is reported, grouped by kernel.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
     python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
+    python bench/kernel_times.py minilm_s128 --dynamic   # dynamic int8, as bench/models.py's MiniLM rows
     python bench/kernel_times.py resnet50 --precision bf16
     python bench/kernel_times.py ppocr_rec          # a real model (bench/models.py), on its own feed
 
@@ -62,14 +63,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a named model (resnet50, ppocr_rec, ...) or an .onnx path")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=1, help="the batch of a named model's feed")
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")
     parser.add_argument("--int8", action="store_true",
                         help="build in int8, calibrated (entropy) on 16 random batches as bench/models.py --int8")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="build in int8 with QuantConfig(activations='dynamic'): no calibration (transformers)")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="build(precision=...)")
     args = parser.parse_args()
-    source, feed = (onnx.load(args.model), None) if args.model.endswith(".onnx") else model_and_feed(args.model, 1)
+    source, feed = (onnx.load(args.model), None) if args.model.endswith(".onnx") else model_and_feed(args.model, args.batch)
     shapes = {name: value.shape for name, value in feed.items()} if feed else None
-    quantize = None
+    quantize = tvm_fuse.QuantConfig(activations="dynamic") if args.dynamic else None
     if args.int8:
         inputs = graph_inputs(source)
         samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]

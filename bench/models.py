@@ -351,7 +351,7 @@ def print_transformer_table(rows: list[dict]) -> None:
               f"{ours8:11.2f}{theirs8:11.2f}{r['ratio']:10.2f}x{openvino[1]}{theirs8 / ours8:10.2f}x"
               f"{r['tvm_fuse_any_length_ms'] / r['tvm_fuse_ms']:10.2f}x"
               f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}")
-    print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per row; "
+    print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per group of 64 values of a row; "
           "ONNX Runtime's quantize_dynamic, one per tensor); any/ours: our one build for every sequence length "
           "(symbolic batch and sequence) against the build for this one; err: largest output difference from "
           "ONNX Runtime fp32, relative to its largest magnitude")
