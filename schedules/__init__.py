@@ -69,6 +69,8 @@ RULES = {
                                        dense_int8.default_group_knobs, dense_int8.group_knob_space),
     "tvm_fuse.conv_nchwc_amx": Rule(conv_amx.schedule, Tiles, conv_amx.default_knobs, conv_amx.knob_space),
     "tvm_fuse.dense_amx": Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
+    "tvm_fuse.dense_amx_groups": Rule(dense_amx.schedule_groups, Tiles, dense_amx.default_group_knobs,
+                                      dense_amx.group_knob_space),
     "tvm_fuse.rowwise": Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     "tvm_fuse.winograd_nchwc": Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                                     winograd_nchwc.default_knobs, winograd_nchwc.knob_space),

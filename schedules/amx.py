@@ -1,5 +1,6 @@
 """AMX tile intrinsics: a block of C, `row_tiles * rows` x `column_tiles * 16`, summed over the
-whole reduction K on the matrix engine (Intel AMX: `tdpbf16ps` for bf16, `tdpbusd` for u8 x s8).
+whole reduction K (or one group of it, `dense_amx.schedule_groups`) on the matrix engine
+(Intel AMX: `tdpbf16ps` for bf16, `tdpbusd` for u8 x s8).
 
 One intrinsic call is the whole life of the tiles: load the tile configuration (in the calling
 thread: each parallel task configures its own), zero the C tiles, then for each step of K load
@@ -8,7 +9,7 @@ its C tile; finally store C to the caller's buffer (a small stack tile the fused
 in AVX-512) and release the tiles. At most 8 tile registers: A + B + C tiles <= 8.
 - A dense (`tile_product`): each step is 64 bytes of K; A tiles are `rows` rows of the
   activation at its row stride, B tiles 16 rows of 64 bytes: the packed weight [N/16, K/pack,
-  16, pack] IS the B-tile layout, 64 / pack K values per row.
+  16, pack] IS the B-tile layout, 64 / pack K values per row (a column block at its stride).
 - A conv in NCHW{c}c (`conv_tile_product`): each step is one input channel block at one kernel
   tap; A tiles are neighbouring output pixels' input (a row per pixel: its c channels, c x
   bytes of at most 64, at the conv's stride), B tiles the tap's weights as VNNI / bf16 pair
@@ -259,7 +260,9 @@ def _register(name: str, kind: TileKind, tiles: Tiles, k: int, emulated: bool) -
         a_stride = T.int32()
         c_stride = T.int32()
         A = T.match_buffer(a, (height, k), kind.a, strides=[a_stride, 1], offset_factor=1)
-        B = T.match_buffer(b, (tiles.column_tiles, words, COLUMNS, pack), kind.b, offset_factor=1)
+        b_stride = T.int32()  # a column block's K: the whole weight's, of which this program takes `k`
+        B = T.match_buffer(b, (tiles.column_tiles, words, COLUMNS, pack), kind.b,
+                           strides=[b_stride, COLUMNS * pack, pack, 1], offset_factor=1)
         C = T.match_buffer(c, (height, width), kind.c, strides=[c_stride, 1], offset_factor=1, scope="local")
         with T.sblock("root"):
             T.reads(A[0:height, 0:k], B[0:tiles.column_tiles, 0:words, 0:COLUMNS, 0:pack])
@@ -308,9 +311,10 @@ def _impl(kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> tirx.PrimFunc
         with tb.prim_func(s_tir=True):
             tb.func_name("impl")
             handles = [tb.arg(n, tb.handle()) for n in ("a", "b", "c")]
-            a_stride, c_stride = tb.int32(), tb.int32()
+            a_stride, b_stride, c_stride = tb.int32(), tb.int32(), tb.int32()
             A = tb.match_buffer(handles[0], (height, k), kind.a, strides=[a_stride, 1], offset_factor=1)
-            B = tb.match_buffer(handles[1], (tiles.column_tiles, words, COLUMNS, pack), kind.b, offset_factor=1)
+            B = tb.match_buffer(handles[1], (tiles.column_tiles, words, COLUMNS, pack), kind.b,
+                                strides=[b_stride, COLUMNS * pack, pack, 1], offset_factor=1)
             C = tb.match_buffer(handles[2], (height, width), kind.c, strides=[c_stride, 1], offset_factor=1,
                                 scope="local")
             with tb.sblock("root"):
@@ -323,7 +327,7 @@ def _impl(kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> tirx.PrimFunc
                         for r, tile in enumerate(a_tiles):
                             machine.load(tile, A, r * tiles.rows * a_stride + step * kind.depth, a_stride)
                         for c, tile in enumerate(b_tiles):
-                            machine.load(tile, B, (c * words + step * COLUMNS) * COLUMNS * pack, COLUMNS * pack)
+                            machine.load(tile, B, c * b_stride + step * COLUMNS * COLUMNS * pack, COLUMNS * pack)
                         for (r, c), tile in c_tiles.items():
                             machine.product(kind, tile, a_tiles[r], b_tiles[c])
                     for (r, c), tile in c_tiles.items():

@@ -20,6 +20,7 @@ from tvm_fuse.compute import SCHEDULE_RULE
 from tvm_fuse.compute.bf16 import bits_of, pack_dense_pairs, value_of
 from tvm_fuse.compute import DENSE_AMX_RULE
 from tvm_fuse.compute.dense_bf16 import dense_packed_bf16
+from tvm_fuse.compute.dense_int8 import dense_int8_groups, pack_dense_quads, row_groups
 from tvm_fuse.compute.matmul import pack_dense_weight
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
@@ -177,6 +178,28 @@ def test_the_int8_amx_dense_equals_numpy_exactly(rows, k, n, program):
     np.testing.assert_array_equal(out.numpy(), x.astype(np.int64) @ w.astype(np.int64))
 
 
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("rows, k, n", [((1,), 64, 32), ((7,), 384, 48), ((32,), 256, 64), ((2, 16), 128, 96)])
+def test_the_int8_amx_dense_on_groups_of_rows_equals_numpy(rows, k, n, program):
+    """Each group of 64 values: a tile program's s32 block, scaled by the group's (scale, low)."""
+    rng = np.random.default_rng(1)
+    groups, size = row_groups(k)
+    codes = rng.integers(0, 256, (*rows, k), dtype=np.uint8)
+    w = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    params = np.stack([rng.uniform(0.01, 0.1, (*rows, groups)), rng.uniform(-3, 0, (*rows, groups))], -1)
+    params = params.astype(np.float32)
+    sums = w.astype(np.float32).reshape(groups, size, n).sum(axis=1)
+    tensors = [te.placeholder(a.shape, str(a.dtype), name=name) for a, name in
+               [(codes, "codes"), (params, "params"), (pack_dense_quads(w, 16), "w"), (sums, "sums")]]
+    func = te.create_prim_func([*tensors, dense_int8_groups(*tensors, amx=True)])
+    out = tvm.runtime.tensor(np.zeros((*rows, n), np.float32))
+    _executable(func, program)["main"](*(tvm.runtime.tensor(a) for a in (codes, params, pack_dense_quads(w, 16), sums)),
+                                       out)
+    values = params[..., 1:] + params[..., :1] * codes.reshape(*rows, groups, size)
+    expected = values.reshape(*rows, k).astype(np.float64) @ w.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
 def _amx_target_build(model, monkeypatch, **options):
     """`model` built for a host with AMX, its tile programs emulated, runnable here."""
     with emulated_tiles():
@@ -208,13 +231,17 @@ def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
 
 
 @pytest.mark.avx512
-def test_a_calibrated_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch):
+@pytest.mark.parametrize("mode, tolerance", [("dynamic", 0.03), ("calibrated", 0.05)])
+def test_an_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch, mode, tolerance):
+    """As on VNNI (tests/quantization/test_int8_dense.py): dynamic, each value's error about 1%
+    of its group's range; calibrated, one scale per tensor (3.1% measured there)."""
     encoder = transformer_encoder(batch=2, seq_len=32, hidden=64)
     rng = np.random.default_rng(3)
     samples = [{"hidden_states": rng.standard_normal((2, 32, 64)).astype(np.float32)} for _ in range(4)]
-    model = _amx_target_build(encoder, monkeypatch, quantize=QuantConfig(calibration=samples, method="minmax"))
+    quantize = QuantConfig(activations="dynamic") if mode == "dynamic" else \
+        QuantConfig(calibration=samples, method="minmax")
+    model = _amx_target_build(encoder, monkeypatch, quantize=quantize)
     assert "vpdpbusd" not in model.assembly()  # every dense layer on (emulated) tiles, none on VNNI
     feed = {"hidden_states": np.random.default_rng(4).standard_normal((2, 32, 64)).astype(np.float32)}
     (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
-    # As on VNNI (tests/quantization/test_int8_dense.py): one scale per tensor, 3.1% measured there.
-    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+    assert np.abs(ours - reference).max() <= tolerance * np.abs(reference).max()

@@ -4,7 +4,8 @@
 - Quantized at run time (ONNX Runtime's dynamic quantization, with a scale per group of a
   row instead of one per tensor): `quantize_rows` cuts each row of `x[..., K]` in groups and
   codes each group on its own range, `real = low + scale * code`; `dense_int8_groups` sums
-  each group in s32 and scales it into fp32, `scale * sum + low * column_sum`.
+  each group in s32 (on AMX tiles where they fit, a tile program per group) and scales it
+  into fp32, `scale * sum + low * column_sum`.
 - On a calibrated scale: `dense_int8` sums all of K in s32 (on AMX tiles where they fit), and
   `dequantize_product` takes it back to real values in the kernel's epilogue.
 
@@ -18,13 +19,14 @@ import functools
 import numpy as np
 from tvm import te, tirx
 
-from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, fits_amx
 from .matmul import clamped, cropped, dense_product, packing_block, padded
 from .requantize import ROUNDING_SHIFT, U8_MAX
 from .rowwise import ROWWISE_RULE
 
 DENSE_INT8_RULE = "tvm_fuse.dense_int8"
 DENSE_INT8_GROUPS_RULE = "tvm_fuse.dense_int8_groups"
+DENSE_AMX_GROUPS_RULE = "tvm_fuse.dense_amx_groups"
 QUAD = 4  # u8 x s8 products per s32 lane of a `vpdpbusd`
 # Values per scale of a row quantized at run time. A transformer's hidden state has a few
 # outlier channels (MiniLM's layer norm outputs: up to 20x the median channel), which set a
@@ -139,31 +141,45 @@ def dequantize_product(acc: te.Tensor, params: te.Tensor, column_sums: te.Tensor
 
 
 def dense_int8_groups(codes: te.Tensor, params: te.Tensor, packed: te.Tensor, column_sums: te.Tensor,
-                      vnni: bool = True) -> te.Tensor:
+                      vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`x @ W` in real values but for each column's weight scale, x given as `quantize_rows`
     codes [..., groups, size] with their (scale, low) [..., groups, 2]: per group an s32 sum
     of u8 x s8 quads (as `dense_int8`), then `scale * sum + low * column_sum` summed over the
-    groups in fp32; `column_sums` [groups, N]: each group's weight codes summed per column."""
-    *lead, rows, groups, size = codes.shape
-    chunks, _, block, _ = packed.shape
-    steps = size // QUAD
+    groups in fp32; `column_sums` [groups, N]: each group's weight codes summed per column.
+    `amx`: each group's sum on AMX tiles (`fits_amx_groups`), the codes given as [..., groups
+    * size] (a tile reads the group's rows at the row's stride)."""
+    *lead, rows, groups, _ = params.shape
+    chunks, quads, block, _ = packed.shape
+    steps = quads // int(groups)
     kq = te.reduce_axis((0, steps), name="kq")
     q = te.reduce_axis((0, QUAD), name="q")
+    row_count = rows if amx else padded(rows)  # a tile program matches the plain indices
 
-    def group_sum(*index):
-        *lead_index, row, group, n = index
-        return te.sum(codes[(*lead_index, clamped(row, rows), group, kq * QUAD + q)].astype("int32")
+    def code(lead_index, row, group, k):
+        row = row if amx else clamped(row, rows)
+        return codes[(*lead_index, row, group * steps * QUAD + k)] if amx else codes[(*lead_index, row, group, k)]
+
+    def group_sum(*index):  # groups before rows: a tile's C block is then [rows, columns]
+        *lead_index, group, row, n = index
+        return te.sum(code(lead_index, row, group, kq * QUAD + q).astype("int32")
                       * packed[n // block, group * steps + kq, n % block, q].astype("int32"), axis=[kq, q])
 
-    sums = te.compute((*lead, padded(rows), groups, chunks * block), group_sum, name="group_sums")
+    sums = te.compute((*lead, groups, row_count, chunks * block), group_sum, name="group_sums")
     group = te.reduce_axis((0, groups), name="group")
 
     def value(*index):
         *lead_index, row, n = index
-        scale, low = (params[(*lead_index, clamped(row, rows), group, j)] for j in (0, 1))
-        return te.sum(sums[(*lead_index, row, group, n)].astype("float32") * scale + low * column_sums[group, n],
+        scale, low = (params[(*lead_index, row if amx else clamped(row, rows), group, j)] for j in (0, 1))
+        return te.sum(sums[(*lead_index, group, row, n)].astype("float32") * scale + low * column_sums[group, n],
                       axis=group)
 
-    attrs = {SCHEDULE_RULE: DENSE_INT8_GROUPS_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
-    product = te.compute((*lead, padded(rows), chunks * block), value, name="matmul", attrs=attrs)
+    attrs = {SCHEDULE_RULE: DENSE_AMX_GROUPS_RULE} if amx else \
+        {SCHEDULE_RULE: DENSE_INT8_GROUPS_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
+    product = te.compute((*lead, row_count, chunks * block), value, name="matmul", attrs=attrs)
     return cropped(product, (*lead, rows, chunks * block))
+
+
+def fits_amx_groups(width: int, block: int) -> bool:
+    """Whether rows of `width` values quantized in `row_groups` fit AMX tiles: each group
+    whole 64-byte tile rows, the weight in blocks of a tile's 16 columns."""
+    return fits_amx(row_groups(width)[1], 1, block)

@@ -34,8 +34,15 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import fits_amx, fits_amx_conv, requantize
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
-from ..compute.dense_int8 import dense_int8, dense_int8_groups, dequantize_product, pack_dense_quads, quantize_rows, \
-    row_groups
+from ..compute.dense_int8 import (
+    dense_int8,
+    dense_int8_groups,
+    dequantize_product,
+    fits_amx_groups,
+    pack_dense_quads,
+    quantize_rows,
+    row_groups,
+)
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ..quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
@@ -177,13 +184,14 @@ class _Realizer(PyExprMutator):
                                              S8_MAX if self.vnni or self.amx else S7_MAX)
         block = packing_block(codes.shape[1], self.lanes)
         if self.table is None:  # each row in groups, each group on its own range
-            args[data], row_params = self._rows_as_codes(call.args[data], args[data])
+            tiles = self.amx and fits_amx_groups(codes.shape[0], block)
+            args[data], row_params = self._rows_as_codes(call.args[data], args[data], flat=tiles)
             groups, size = row_groups(codes.shape[0])
             codes = np.pad(codes, [(0, groups * size - codes.shape[0]), (0, 0)])
             column_sums = codes.astype(np.float32).reshape(groups, size, -1).sum(axis=1)
 
             def anchor(_call, data_codes, packed, rows, sums, scales):
-                real = dense_int8_groups(data_codes, rows, packed, sums, self.vnni)
+                real = dense_int8_groups(data_codes, rows, packed, sums, self.vnni, tiles)
                 return requantize.dequantize_columns(real, scales)
         else:  # the calibrated scale, as (scale, low) for every row
             input_scale = self.table.tensors[self.names[call.args[data]]]
@@ -204,16 +212,22 @@ class _Realizer(PyExprMutator):
         extra = [row_params, relax.const(column_sums), relax.const(scale)]
         self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
 
-    def _rows_as_codes(self, original: relax.Var, value: relax.Expr) -> tuple[relax.Var, relax.Var]:
-        """(u8 codes, per group (scale, low)) of `value`, by one kernel per tensor however many
-        dense layers read it."""
+    def _rows_as_codes(self, original: relax.Var, value: relax.Expr, flat: bool = False
+                       ) -> tuple[relax.Expr, relax.Var]:
+        """(u8 codes [..., groups, size], per group (scale, low)) of `value`, by one kernel per
+        tensor however many dense layers read it; `flat`: the codes as [..., groups * size]
+        (what AMX tiles read, `compute.dense_int8_groups`), a reshape of the same memory."""
         if original not in self.row_codes:
             kernel = self.builder_.call_te(quantize_rows, value, self.lanes, primfunc_name_hint="quantize_rows",
                                            primfunc_attrs={KERNEL_ATTR: "quantize_rows", "op_pattern": OPAQUE})
             both = self.builder_.emit(kernel)
             self.row_codes[original] = (self.builder_.emit(relax.TupleGetItem(both, 0)),
                                         self.builder_.emit(relax.TupleGetItem(both, 1)))
-        return self.row_codes[original]
+        codes, params = self.row_codes[original]
+        if flat:
+            *rows, groups, size = codes.ty.shape.values
+            codes = self.builder_.emit(relax.op.reshape(codes, [*rows, groups * size]))
+        return codes, params
 
     def _quantized_depthwise(self, binding: relax.VarBinding) -> None:
         """A depthwise conv kernel, its epilogue rounding to u8 codes on the scale its readers take."""
