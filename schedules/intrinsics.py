@@ -6,8 +6,11 @@ in a register tile (`local` scope), which is what the kernels' `cache_write` mak
 
 from __future__ import annotations
 
+from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder
+from tvm.tirx.script.builder import ir as tb
 
 # (vpdpbusd, vpmaddubsw, vpmaddwd) by lanes: LLVM's x86 intrinsics for zmm and ymm.
 _LLVM = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
@@ -163,3 +166,53 @@ def _register_bf16(lanes: int, native: bool) -> None:
 for _lanes in (16, 8):
     for _native in (True, False):
         _register_bf16(_lanes, _native)
+
+
+# A max or min across the lanes of a vector, `c = max(c, a[0], ..., a[lanes - 1])`: its halves
+# folded onto each other, log2(lanes) vector steps. As a reduction loop it was a chain of
+# `lanes` scalar steps (with NaN checks, as LLVM lowers `vector.reduce.fmax` without `nnan`):
+# a row quantization in groups of 64 took 12.6 us for 128 x 384, 5.5 us folded (Zen 4).
+_ACROSS = {"max": tirx.max, "min": tirx.min}
+
+
+def across(reduction: str, lanes: int) -> str:
+    """The registered name of the `reduction` ("max" or "min") across `lanes` lanes,
+    registering it on first use."""
+    name = f"tvm_fuse.across_{reduction}_{lanes}"
+    if TensorIntrin.get(name, allow_missing=True) is None:
+        TensorIntrin.register(name, _across_desc(reduction, lanes), _across_impl(reduction, lanes))
+    return name
+
+
+def _across_desc(reduction: str, lanes: int):
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((lanes,), "float32", offset_factor=1), C: T.Buffer((1,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0], A[0:lanes])
+            T.writes(C[0])
+            for i in T.serial(0, lanes):
+                with T.sblock("update"):
+                    vi = T.axis.remap("R", [i])
+                    C[0] = (T.max if reduction == "max" else T.min)(C[0], A[vi])
+
+    return desc
+
+
+def _across_impl(reduction: str, lanes: int):
+    reducer = _ACROSS[reduction]
+    with IRBuilder() as builder:
+        with tb.prim_func(s_tir=True):
+            tb.func_name("impl")
+            handles = [tb.arg(n, tb.handle()) for n in ("a", "c")]
+            A = tb.match_buffer(handles[0], (lanes,), "float32", offset_factor=1)
+            C = tb.match_buffer(handles[1], (1,), "float32", offset_factor=1)
+            with tb.sblock("root"):
+                tb.reads(C[0], A[0:lanes])
+                tb.writes(C[0])
+                vector, width = A.vload([0], f"float32x{lanes}"), lanes
+                while width > 1:
+                    width //= 2
+                    vector = reducer(tirx.Shuffle([vector], list(range(width))),
+                                     tirx.Shuffle([vector], list(range(width, 2 * width))))
+                tb.buffer_store(C, reducer(C[0], vector), [0])
+    return builder.get()

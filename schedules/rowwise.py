@@ -2,7 +2,8 @@
 in parallel, `row_tile` to a task; every stage of a row computed at the row: its partial
 reductions with the lanes innermost (unrolled: TVM cannot vectorize a reduction's spatial
 loop inside its reduction loop, LLVM does), its full-width stages (softmax's exponentials,
-the output) a vector at a time."""
+the output) a vector at a time. A row quantization's per-group max and min (`group_*`
+stages) combine their lanes in halves (`intrinsics.across`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from .common import static_extent, vectorize_innermost
+from .intrinsics import across
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: RowwiseKnobs | None 
             sch.compute_at(stage, row_in)
     for stage in stages:
         inner = sch.get_loops(stage)[2:]  # under (row_out, row_in)
-        if sch.get(stage).name_hint.startswith("partial") and len(inner) == 2:  # (lane, group): lanes in one vector
+        name = sch.get(stage).name_hint
+        if name.startswith("partial") and len(inner) == 2:  # (lane, group): lanes in one vector
             lane, group = inner
             sch.reorder(group, lane)
             init = sch.decompose_reduction(stage, group)
@@ -73,6 +76,10 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: RowwiseKnobs | None 
             sch.unroll(lane)
         elif not _reduces(sch, stage) and inner:  # a full-width stage
             vectorize_innermost(sch, stage, lanes)
+        elif name.startswith("group_") and len(inner) == 1:  # a group's max or min across its lanes
+            sch.decompose_reduction(stage, inner[0])
+            sch.tensorize(sch.get_loops(stage)[-1], across(name[len("group_"):], static_extent(
+                sch.get(inner[0]).extent)))
     vectorize_innermost(sch, output, lanes)
 
 

@@ -96,20 +96,14 @@ def quantize_rows(x: te.Tensor, lanes: int) -> tuple[te.Tensor, te.Tensor]:
 def _group_reduction(shape, value, reducer, lanes: int, name: str, anchor: bool = False) -> te.Tensor:
     """`reducer` over each group of `value(*index)` (`shape`: [..., groups, size]): `lanes`
     partial results, each folded over a group's every `lanes`-th value by a vector expression
-    (its few steps as a reduction loop, LLVM unrolled and scalarized), then across them."""
+    (its few steps as a reduction loop, LLVM unrolled and scalarized), then across them (the
+    schedule folds the lanes in halves, `schedules.intrinsics.across`)."""
     *groups, size = shape
     partial = te.compute((*groups, lanes), lambda *i: functools.reduce(
         reducer, (value(*i[:-1], step * lanes + i[-1]) for step in range(size // lanes))),
         name=f"partial_{name}", attrs={SCHEDULE_RULE: ROWWISE_RULE} if anchor else {})
-    while lanes > 1:  # halves folded onto each other: vector steps, where a reduction loop is a chain of scalars
-        lanes //= 2
-        partial = _folded(partial, reducer, lanes, name)
-    return te.compute(groups, lambda *g: partial(*g, 0), name=f"group_{name}")
-
-
-def _folded(partial: te.Tensor, reducer, half: int, name: str) -> te.Tensor:
-    return te.compute((*partial.shape[:-1], half), lambda *i: reducer(partial(*i), partial(*i[:-1], i[-1] + half)),
-                      name=f"half_{name}")
+    lane = te.reduce_axis((0, lanes), name="lane")
+    return te.compute(groups, lambda *g: reducer(partial[(*g, lane)], axis=lane), name=f"group_{name}")
 
 
 def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool = False) -> te.Tensor:
