@@ -50,6 +50,17 @@ def accumulate_in_registers(sch: s_tir.Schedule, block, tile_loop, unrolled, lan
     return write_back
 
 
+def compute_at_group(sch: s_tir.Schedule, sums, group_loop) -> list:
+    """Compute `sums` (a group's s32 sums, which the reader scales into its fp32 tile) at the
+    reader's `group_loop`, in a local buffer; return its loops under that loop (a loop of
+    extent 1, the group's own, is gone)."""
+    sch.compute_at(sums, group_loop)
+    sch.set_scope(sums, 0, "local")
+    loops = sch.get_loops(sums)
+    depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(group_loop)))
+    return loops[depth + 1:]
+
+
 def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int, unroll: bool = False) -> None:
     """Write a register tile out, through the epilogue when there is one. `unroll`: unroll
     the tile's loops, so that every read of the tile has a constant index and LLVM keeps all

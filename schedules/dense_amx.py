@@ -14,8 +14,16 @@ from __future__ import annotations
 from tvm import s_tir
 
 from .amx import BF16, COLUMNS, INT8, MAX_ROWS, TileKind, Tiles, tensorize_tiles, tile_product
-from .common import accumulate_in_registers, divisor, divisors, inline_epilogue, static_extent, store_tile, \
-    vectorize_innermost
+from .common import (
+    accumulate_in_registers,
+    compute_at_group,
+    divisor,
+    divisors,
+    inline_epilogue,
+    static_extent,
+    store_tile,
+    vectorize_innermost,
+)
 
 # Most C tiles first: 2x2 loads 4 tiles per 4 products, 1x3 4 per 3, 1x2 3 per 2.
 TILE_GRIDS = [(2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1)]
@@ -103,11 +111,8 @@ def schedule_groups(sch: s_tir.Schedule, block, lanes: int, knobs: Tiles | None 
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)  # each task configures its own tiles: every program starts with ldtilecfg
     write_back = accumulate_in_registers(sch, block, outer, [], column_lanes, groups, lanes)
-    sch.compute_at(sums, groups)
-    sch.set_scope(sums, 0, "local")
-    loops = sch.get_loops(sums)
-    depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(groups)))
-    tensorize_tiles(sch, loops[depth + 1], tile_product(INT8, knobs, _group_depth(sch, sums)))
+    under_group = compute_at_group(sch, sums, groups)
+    tensorize_tiles(sch, under_group[0], tile_product(INT8, knobs, _group_depth(sch, sums)))
     store_tile(sch, write_back, epilogue, outer, lanes)
 
 

@@ -11,8 +11,15 @@ from __future__ import annotations
 from tvm import s_tir
 
 from ..compute import DOT_PRODUCT_ATTR
-from .common import accumulate_in_registers, accumulator_budget, divisor, inline_epilogue, store_tile, \
-    vectorize_innermost
+from .common import (
+    accumulate_in_registers,
+    accumulator_budget,
+    compute_at_group,
+    divisor,
+    inline_epilogue,
+    store_tile,
+    vectorize_innermost,
+)
 from .dense_dot import default_knobs, schedule_dot_product_dense
 from .dense_packed import DensePackedKnobs, tile_space
 from .intrinsics import dot_product
@@ -60,12 +67,8 @@ def schedule_groups(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKn
     outer = sch.fuse(columns_out, *lead, rows_out)  # a strip of weights serves every row (`dense_packed`)
     sch.parallel(outer)
     write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, groups, lanes)
-    sch.compute_at(sums, groups)  # each group's s32 tile, summed where the fp32 tile takes it
-    sch.set_scope(sums, 0, "local")
-    loops = sch.get_loops(sums)
-    depth = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(groups)))
-    # (rows, columns, steps, quad): loops of extent 1 (the group's own, one row) are gone
-    *sum_rows, sum_columns, steps, quad = loops[depth + 1:]
+    # (rows, columns, steps, quad), but a row loop of extent 1 (a tile of one row) is gone too
+    *sum_rows, sum_columns, steps, quad = compute_at_group(sch, sums, groups)
     sum_blocks, sum_lanes = sch.split(sum_columns, [knobs.column_tile, width])
     sch.reorder(steps, *sum_rows, sum_blocks, sum_lanes, quad)
     init = sch.decompose_reduction(sums, steps)

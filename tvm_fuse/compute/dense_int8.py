@@ -149,9 +149,13 @@ def dense_int8_groups(codes: te.Tensor, params: te.Tensor, packed: te.Tensor, co
     q = te.reduce_axis((0, QUAD), name="q")
     row_count = rows if amx else padded(rows)  # a tile program matches the plain indices
 
+    def source(row):  # the row read for computed row `row`
+        return row if amx else clamped(row, rows)
+
     def code(lead_index, row, group, k):
-        row = row if amx else clamped(row, rows)
-        return codes[(*lead_index, row, group * steps * QUAD + k)] if amx else codes[(*lead_index, row, group, k)]
+        if amx:
+            return codes[(*lead_index, source(row), group * steps * QUAD + k)]
+        return codes[(*lead_index, source(row), group, k)]
 
     def group_sum(*index):  # groups before rows: a tile's C block is then [rows, columns]
         *lead_index, group, row, n = index
@@ -163,7 +167,7 @@ def dense_int8_groups(codes: te.Tensor, params: te.Tensor, packed: te.Tensor, co
 
     def value(*index):
         *lead_index, row, n = index
-        scale, low = (params[(*lead_index, row if amx else clamped(row, rows), group, j)] for j in (0, 1))
+        scale, low = (params[(*lead_index, source(row), group, j)] for j in (0, 1))
         return te.sum(sums[(*lead_index, group, row, n)].astype("float32") * scale + low * column_sums[group, n],
                       axis=group)
 
