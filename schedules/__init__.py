@@ -48,6 +48,8 @@ class Rule(NamedTuple):
 RULES = {
     "tvm_fuse.attention": Rule(attention.schedule, attention.AttentionKnobs, attention.default_knobs,
                                attention.knob_space),
+    "tvm_fuse.attention_bf16": Rule(attention.schedule_bf16, attention.AttentionKnobs, attention.default_knobs,
+                                    attention.knob_space_bf16),
     "tvm_fuse.conv_nchw": Rule(conv_nchw.schedule, conv_nchw.ConvKnobs, conv_nchw.default_knobs, conv_nchw.knob_space),
     "tvm_fuse.conv_nchwc": Rule(conv_nchwc.schedule, conv_nchwc.ConvNCHWcKnobs, conv_nchwc.default_knobs,
                                 conv_nchwc.knob_space),

@@ -27,7 +27,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
-from .transform.fuse_attention import FuseAttention
+from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.lower_rowwise import LowerRowwise
@@ -77,18 +77,20 @@ def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.tra
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],
-         realize: Sequence[tvm.transform.Pass] = ()) -> list[tvm.transform.Pass]:
+         realize: Sequence[tvm.transform.Pass] = (), bf16: bool = False) -> list[tvm.transform.Pass]:
     """Matches of the fusion table become composite functions, then one kernel each, and each
     attention block one kernel (unless its family is disabled); the `realize` passes
     (`RealizeInt8`, or `ExposeTensors` to calibrate; `RealizeBf16`) see the composites first and
-    turn those they take into kernels of their precision."""
+    turn those they take into kernels of their precision. `bf16`: a bf16 build, whose attention
+    kernels multiply in bf16 too."""
     return [
         OrderResidualAdds(),
         RecordProvenance(),
         FusePatterns(disabled),
         *realize,
         LowerComposites(vector_lanes(target)),
-        *([] if ATTENTION_FAMILY in disabled else [FuseAttention(vector_lanes(target))]),
+        *([] if ATTENTION_FAMILY in disabled else [FuseAttention(vector_lanes(target), bf16_products(target)
+                                                                 if bf16 else None)]),
         LowerMatmuls(),  # the products left unfused (an attention of another form's) as our kernel too
         LowerRowwise(vector_lanes(target)),  # layer norms and softmaxes, vectorized
     ]
@@ -142,7 +144,7 @@ def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[
     """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`), then `kernels`: the
     fused, scheduled graph the fusion report reads."""
     realize = [p for p in (int8, bf16) if p is not None]
-    passes = [p for phase in PHASES for p in (fuse(target, disabled, realize) if phase is fuse
+    passes = [p for phase in PHASES for p in (fuse(target, disabled, realize, bf16 is not None) if phase is fuse
                                              else phase(target, disabled))] + kernels(target, tuning)
     return _in_target("tvm_fuse.optimize", passes, target)(mod)
 

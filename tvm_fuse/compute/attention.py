@@ -4,6 +4,11 @@ and the result written the same way, so no head transpose and no `[tokens, token
 tensor reaches memory: each task holds its head's keys (transposed, scaled) and a block of
 query rows' scores, exponentials and context in buffers of its own.
 
+With `bf16` (a bf16 build), both products multiply bf16 pairs and add in fp32 (`vdpbf16ps`):
+Q rounded a row block at a time, the keys (scaled) and values rounded and paired along the
+reduction once per task, the exponentials rounded as the softmax writes them; the softmax
+itself stays fp32.
+
 Keys are computed padded to whole vectors (`KEY_MULTIPLE`, zeros whose scores the softmax
 leaves out) and query rows to whole row blocks (`matmul.ROW_MULTIPLE`, the last real row
 again), so a build for any sequence length runs the tiles of a static one."""
@@ -12,35 +17,32 @@ from __future__ import annotations
 
 from tvm import te, tirx, topi
 
-from . import SCHEDULE_RULE
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from .bf16 import PAIR, from_bits, to_bits
 from .matmul import ROW_MULTIPLE, is_one, padded, static_value
 from .rowwise import row_reduction
 
 ATTENTION_RULE = "tvm_fuse.attention"
+ATTENTION_BF16_RULE = "tvm_fuse.attention_bf16"
 KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, a score tile's width
 
 
 def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
-              scale: float, lanes: int, mask_padded: bool = False) -> te.Tensor:
+              scale: float, lanes: int, mask_padded: bool = False, bf16: str | None = None) -> te.Tensor:
     """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]`; `mask` (or None) added
     to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis
     either 1 or Sk (`mask_padded`: Sk padded by `pad_keys`). `lanes`: the vector width of the
-    softmax's reductions."""
+    softmax's reductions. `bf16`: "vdpbf16ps" or "portable" (its form on any CPU) for bf16
+    products (`bf16_fits` the depth), None for fp32."""
     batch, queries, width = query.shape
     keys = key.shape[1]
     depth = int(width) // heads
     key_columns, real_key, key_index = _padding(keys, KEY_MULTIPLE)
     query_rows, _, query_index = _padding(queries, ROW_MULTIPLE)
 
-    keys_t = te.compute(  # this head's keys as columns, scaled, zero past the last
-        (batch, heads, depth, key_columns),
-        lambda b, h, d, j: real_key(j, key[b, key_index(j), h * depth + d] * tirx.const(scale, "float32")),
-        name="keys_t")
-    d = te.reduce_axis((0, depth), name="d")
-    scores = te.compute(
-        (batch, heads, query_rows, key_columns),
-        lambda b, h, i, j: te.sum(query[b, query_index(i), h * depth + d] * keys_t[b, h, d, j], axis=d),
-        name="scores", attrs={SCHEDULE_RULE: ATTENTION_RULE})
+    products = _bf16_products(bf16, depth) if bf16 else _fp32_products(depth)
+    scores = products.scores(query, key, batch, heads, query_rows, key_columns, real_key, key_index, query_index,
+                             scale)
     lowest = tirx.min_value("float32")
 
     def logit(b, h, i, j):
@@ -56,10 +58,7 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     exps = te.compute(scores.shape, lambda b, h, i, j: real_key(j, powers[b, h, i, j]), name="exps")
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
-    j = te.reduce_axis((0, keys), name="j")
-    context = te.compute(
-        (batch, query_rows, width),
-        lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, c], axis=j), name="context")
+    context = products.context(exps, value, batch, query_rows, width, keys, key_columns, real_key, key_index)
     return te.compute((batch, queries, width),
                       lambda b, s, c: context[b, s, c] * inverse[b, c // depth, s], name="attention")
 
@@ -103,3 +102,77 @@ def _mask_value(mask: te.Tensor, index):
     """`mask` at scores `index` (b, h, i, j), broadcast from the right."""
     offset = 4 - len(mask.shape)
     return mask[tuple(0 if is_one(dim) else index[offset + a] for a, dim in enumerate(mask.shape))]
+
+
+def bf16_fits(depth: int, lanes: int) -> bool:
+    """Whether bf16 products serve a head of `depth`: whole vectors of its channels."""
+    return depth % lanes == 0
+
+
+class _fp32_products:
+    """Q K^T and P V in fp32: the keys transposed and scaled once per task."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+
+    def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
+        depth = self.depth
+        keys_t = te.compute(  # this head's keys as columns, scaled, zero past the last
+            (batch, heads, depth, columns),
+            lambda b, h, d, j: real_key(j, key[b, key_index(j), h * depth + d] * tirx.const(scale, "float32")),
+            name="keys_t")
+        d = te.reduce_axis((0, depth), name="d")
+        return te.compute(
+            (batch, heads, rows, columns),
+            lambda b, h, i, j: te.sum(query[b, query_index(i), h * depth + d] * keys_t[b, h, d, j], axis=d),
+            name="scores", attrs={SCHEDULE_RULE: ATTENTION_RULE})
+
+    def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
+        depth = self.depth
+        j = te.reduce_axis((0, keys), name="j")
+        return te.compute(
+            (batch, rows, width),
+            lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, c], axis=j), name="context")
+
+
+class _bf16_products:
+    """Q K^T and P V as sums of bf16 pair products (`vdpbf16ps`, or `portable`): Q rounded
+    (`query_bf16`), this head's keys scaled, rounded and paired along the depth [D/2, Sk, 2]
+    (`keys_t`), its values paired along the keys [Sk/2, D, 2] (`values_t`), the exponentials
+    rounded (`exps_bf16`); padded keys are zeros in every one."""
+
+    def __init__(self, instruction: str, depth: int):
+        self.attrs = {DOT_PRODUCT_ATTR: instruction}
+        self.depth = depth
+
+    def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
+        depth = self.depth
+        query_bits = te.compute((batch, rows, heads * depth),
+                                lambda b, i, c: to_bits(query[b, query_index(i), c]), name="query_bf16")
+        keys_t = te.compute(
+            (batch, heads, depth // PAIR, columns, PAIR),
+            lambda b, h, p, j, e: to_bits(real_key(j, key[b, key_index(j), h * depth + p * PAIR + e]
+                                                   * tirx.const(scale, "float32"))),
+            name="keys_t")
+        p = te.reduce_axis((0, depth // PAIR), name="p")
+        e = te.reduce_axis((0, PAIR), name="e")
+        return te.compute(
+            (batch, heads, rows, columns),
+            lambda b, h, i, j: te.sum(from_bits(query_bits[b, i, h * depth + p * PAIR + e])
+                                      * from_bits(keys_t[b, h, p, j, e]), axis=[p, e]),
+            name="scores", attrs={SCHEDULE_RULE: ATTENTION_BF16_RULE, **self.attrs})
+
+    def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
+        depth = self.depth
+        exps_bits = te.compute(exps.shape, lambda *i: to_bits(exps(*i)), name="exps_bf16")
+        values_t = te.compute(
+            (batch, int(width) // depth, columns // PAIR, depth, PAIR),
+            lambda b, h, q, c, e: to_bits(real_key(q * PAIR + e, value[b, key_index(q * PAIR + e), h * depth + c])),
+            name="values_t")
+        q = te.reduce_axis((0, columns // PAIR), name="q")
+        e = te.reduce_axis((0, PAIR), name="e")
+        return te.compute(
+            (batch, rows, width),
+            lambda b, i, c: te.sum(from_bits(exps_bits[b, c // depth, i, q * PAIR + e])
+                                   * from_bits(values_t[b, c // depth, q, c % depth, e]), axis=[q, e]),
+            name="context", attrs=self.attrs)

@@ -10,7 +10,10 @@ dense layer reads it, so the head transposes and the score tensors of the ops it
 never reach memory. The scale may also come as a factor on Q and one on K^T before the product,
 as torch exports `scaled_dot_product_attention`. A chain of another form (another layout of the
 heads, a mask of another dtype, a softmax over another axis) is left as it was, to
-`LowerMatmuls` and `LowerRowwise`."""
+`LowerMatmuls` and `LowerRowwise`.
+
+In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where the head's depth is whole
+vectors; the softmax stays fp32 (`compute.attention`)."""
 
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ import tvm
 from tvm import relax
 
 from .. import provenance
-from ..compute.attention import attention, keys_padded, pad_keys
+from ..compute.attention import attention, bf16_fits, keys_padded, pad_keys
 from ..compute.matmul import same_dim, static_value
 from ..patterns.table import PATTERN_ATTR
+from ..target import isa_features
 from .lower_matmuls import KERNEL_ATTR
+from .realize_bf16 import BF16_ATTR
 from .rebind import is_op, mutate_functions, scalar_value, use_counts
 
 _HEADS_FIRST = (0, 2, 1, 3)  # [B, S, H, D] -> [B, H, S, D]
@@ -30,9 +35,10 @@ _KEYS_AS_COLUMNS = (0, 2, 3, 1)  # [B, S, H, D] -> [B, H, D, S]
 
 @relax.expr_functor.mutator
 class _AttentionFuser(relax.PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, lanes: int):
+    def __init__(self, mod: tvm.IRModule, lanes: int, bf16: str | None):
         super().__init__(mod)
         self.lanes = lanes
+        self.bf16 = bf16
         self.values: dict[relax.Var, relax.Expr] = {}
         self.uses = None
         self.kernels: dict[relax.Var, tuple] = {}  # the output's binding -> its match
@@ -148,11 +154,13 @@ class _AttentionFuser(relax.PyExprMutator):
         padded = mask is not None and static_value(mask.ty.shape[-1]) != 1 and keys_padded(k.ty.shape[1])
         if mask is not None:
             operands.append(self._padded_mask(mask) if padded else self.visit_expr(mask))
+        bf16 = self.bf16 if self.bf16 and bf16_fits(int(q.ty.shape[2]) // heads, self.lanes) else None
         kernel = self.builder_.call_te(
             lambda query, key, value, *masks: attention(query, key, value, masks[0] if masks else None, heads, scale,
-                                                        self.lanes, padded),
+                                                        self.lanes, padded, bf16),
             *operands, primfunc_name_hint="attention",
-            primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8})
+            primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8,
+                            **({BF16_ATTR: True} if bf16 else {})})
         nodes = [i for i in map(provenance.node_index, steps) if i is not None]
         kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
@@ -186,12 +194,19 @@ def _known_width(expr: relax.Expr, width: int) -> bool:
     return shape is not None and len(shape) == 3 and static_value(shape[2]) == width
 
 
-def FuseAttention(lanes: int) -> tvm.transform.Pass:
-    """`lanes`: the vector width in fp32 lanes, the width of the softmax's partial reductions."""
+def bf16_products(target: tvm.target.Target) -> str:
+    """The instruction bf16 attention products run on: `vdpbf16ps`, or its portable form where
+    the target lacks AVX512-BF16 (a build `RealizeBf16(native=False)` makes to test anywhere)."""
+    return "vdpbf16ps" if "avx512_bf16" in isa_features(target) else "portable"
+
+
+def FuseAttention(lanes: int, bf16: str | None = None) -> tvm.transform.Pass:
+    """`lanes`: the vector width in fp32 lanes, the width of the softmax's partial reductions.
+    `bf16`: the instruction of bf16 products (`bf16_products`), None for fp32."""
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.FuseAttention")
     def fuse(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        fuser = _AttentionFuser(mod, lanes)
+        fuser = _AttentionFuser(mod, lanes, bf16)
         return mutate_functions(mod, fuser, lambda func: relax.analysis.remove_all_unused(fuser.fuse(func)))
 
     return fuse

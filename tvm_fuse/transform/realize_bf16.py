@@ -22,9 +22,10 @@ a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.
 and so does a conv in output blocks of 16 (`schedules.conv_amx`, 3x3s included, which
 Winograd would otherwise take), with the same weight packing; other shapes stay on `vdpbf16ps`.
 
-Left in fp32: products of two activations (attention's), dense layers whose columns the vector
-width does not divide or whose reduction is odd, depthwise convs' arithmetic (bound by memory:
-halving their products gains nothing).
+Left in fp32: dense layers whose columns the vector width does not divide or whose reduction is
+odd, depthwise convs' arithmetic (bound by memory: halving their products gains nothing).
+Attention's products of two activations run in bf16 in its own kernel (`FuseAttention`, told
+by the pipeline that the build is bf16).
 """
 
 from __future__ import annotations
