@@ -33,6 +33,7 @@ from .transform.lower_composites import LowerComposites
 from .transform.lower_rowwise import LowerRowwise
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
+from .transform.pack_projections import PackProjections
 from .transform.pad_output_channels import PadOutputChannels
 from .transform.recompose_layer_norm import RecomposeLayerNorm
 from .transform.record_provenance import RecordProvenance
@@ -51,7 +52,8 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
     layout conversion can follow), a 1-D conv with an output row shorter than a vector as
-    a dense layer over its input windows, and a layer norm written out op by op as one."""
+    a dense layer over its input windows, a layer norm written out op by op as one, and an
+    attention block's Q, K and V projections as one dense layer (unless `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
@@ -66,6 +68,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         Conv1dAsDense(vector_lanes(target)),
         RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
+        *([] if ATTENTION_FAMILY in disabled else [PackProjections()]),
         relax.transform.FoldConstant(),
     ]
 

@@ -28,19 +28,23 @@ KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, 
 
 
 def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
-              scale: float, lanes: int, mask_padded: bool = False, bf16: str | None = None) -> te.Tensor:
+              scale: float, lanes: int, mask_padded: bool = False, bf16: str | None = None,
+              offsets: tuple = (0, 0, 0), width: int | None = None) -> te.Tensor:
     """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]`; `mask` (or None) added
     to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis
     either 1 or Sk (`mask_padded`: Sk padded by `pad_keys`). `lanes`: the vector width of the
     softmax's reductions. `bf16`: "vdpbf16ps" or "portable" (its form on any CPU) for bf16
-    products (`bf16_fits` the depth), None for fp32."""
-    batch, queries, width = query.shape
+    products (`bf16_fits` the depth), None for fp32. `offsets`: the first column of Q, K and V
+    in their tensors, which are `width` (default: all their) columns wide from there (slices
+    of one packed projection)."""
+    batch, queries, columns = query.shape
+    width = int(columns) if width is None else width
     keys = key.shape[1]
-    depth = int(width) // heads
+    depth = width // heads
     key_columns, real_key, key_index = _padding(keys, KEY_MULTIPLE)
     query_rows, _, query_index = _padding(queries, ROW_MULTIPLE)
 
-    products = _bf16_products(bf16, depth) if bf16 else _fp32_products(depth)
+    products = (_bf16_products(bf16, depth, offsets) if bf16 else _fp32_products(depth, offsets))
     scores = products.scores(query, key, batch, heads, query_rows, key_columns, real_key, key_index, query_index,
                              scale)
     lowest = tirx.min_value("float32")
@@ -112,27 +116,30 @@ def bf16_fits(depth: int, lanes: int) -> bool:
 class _fp32_products:
     """Q K^T and P V in fp32: the keys transposed and scaled once per task."""
 
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, offsets: tuple):
         self.depth = depth
+        self.query_at, self.key_at, self.value_at = offsets
 
     def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
-        depth = self.depth
+        depth, key_at, query_at = self.depth, self.key_at, self.query_at
         keys_t = te.compute(  # this head's keys as columns, scaled, zero past the last
             (batch, heads, depth, columns),
-            lambda b, h, d, j: real_key(j, key[b, key_index(j), h * depth + d] * tirx.const(scale, "float32")),
+            lambda b, h, d, j: real_key(j, key[b, key_index(j), key_at + h * depth + d]
+                                        * tirx.const(scale, "float32")),
             name="keys_t")
         d = te.reduce_axis((0, depth), name="d")
         return te.compute(
             (batch, heads, rows, columns),
-            lambda b, h, i, j: te.sum(query[b, query_index(i), h * depth + d] * keys_t[b, h, d, j], axis=d),
+            lambda b, h, i, j: te.sum(query[b, query_index(i), query_at + h * depth + d] * keys_t[b, h, d, j],
+                                      axis=d),
             name="scores", attrs={SCHEDULE_RULE: ATTENTION_RULE})
 
     def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
-        depth = self.depth
+        depth, value_at = self.depth, self.value_at
         j = te.reduce_axis((0, keys), name="j")
         return te.compute(
             (batch, rows, width),
-            lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, c], axis=j), name="context")
+            lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, value_at + c], axis=j), name="context")
 
 
 class _bf16_products:
@@ -141,17 +148,18 @@ class _bf16_products:
     (`keys_t`), its values paired along the keys [Sk/2, D, 2] (`values_t`), the exponentials
     rounded (`exps_bf16`); padded keys are zeros in every one."""
 
-    def __init__(self, instruction: str, depth: int):
+    def __init__(self, instruction: str, depth: int, offsets: tuple):
         self.attrs = {DOT_PRODUCT_ATTR: instruction}
         self.depth = depth
+        self.query_at, self.key_at, self.value_at = offsets
 
     def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
-        depth = self.depth
+        depth, key_at, query_at = self.depth, self.key_at, self.query_at
         query_bits = te.compute((batch, rows, heads * depth),
-                                lambda b, i, c: to_bits(query[b, query_index(i), c]), name="query_bf16")
+                                lambda b, i, c: to_bits(query[b, query_index(i), query_at + c]), name="query_bf16")
         keys_t = te.compute(
             (batch, heads, depth // PAIR, columns, PAIR),
-            lambda b, h, p, j, e: to_bits(real_key(j, key[b, key_index(j), h * depth + p * PAIR + e]
+            lambda b, h, p, j, e: to_bits(real_key(j, key[b, key_index(j), key_at + h * depth + p * PAIR + e]
                                                    * tirx.const(scale, "float32"))),
             name="keys_t")
         p = te.reduce_axis((0, depth // PAIR), name="p")
@@ -163,11 +171,12 @@ class _bf16_products:
             name="scores", attrs={SCHEDULE_RULE: ATTENTION_BF16_RULE, **self.attrs})
 
     def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
-        depth = self.depth
+        depth, value_at = self.depth, self.value_at
         exps_bits = te.compute(exps.shape, lambda *i: to_bits(exps(*i)), name="exps_bf16")
         values_t = te.compute(
-            (batch, int(width) // depth, columns // PAIR, depth, PAIR),
-            lambda b, h, q, c, e: to_bits(real_key(q * PAIR + e, value[b, key_index(q * PAIR + e), h * depth + c])),
+            (batch, width // depth, columns // PAIR, depth, PAIR),
+            lambda b, h, q, c, e: to_bits(real_key(q * PAIR + e, value[b, key_index(q * PAIR + e),
+                                                                       value_at + h * depth + c])),
             name="values_t")
         q = te.reduce_axis((0, columns // PAIR), name="q")
         e = te.reduce_axis((0, PAIR), name="e")

@@ -12,7 +12,8 @@ as torch exports `scaled_dot_product_attention`. A chain of another form (anothe
 heads, a mask of another dtype, a softmax over another axis) is left as it was, to
 `LowerMatmuls` and `LowerRowwise`.
 
-In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where the head's depth is whole
+Q, K and V may be column slices of one packed dense layer's output (`PackProjections`): the
+kernel reads them there. In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where the head's depth is whole
 vectors; the softmax stays fp32 (`compute.attention`)."""
 
 from __future__ import annotations
@@ -150,14 +151,17 @@ class _AttentionFuser(relax.PyExprMutator):
         if match is None:
             return super().visit_var_binding_(binding)
         q, k, v, mask, heads, scale, steps = match
-        operands = [self.visit_expr(e) for e in (q, k, v)]
+        width = int(q.ty.shape[2])
+        sources = [self._columns(x) for x in (q, k, v)]
+        operands = [self.visit_expr(source) for source, _ in sources]
         padded = mask is not None and static_value(mask.ty.shape[-1]) != 1 and keys_padded(k.ty.shape[1])
         if mask is not None:
             operands.append(self._padded_mask(mask) if padded else self.visit_expr(mask))
-        bf16 = self.bf16 if self.bf16 and bf16_fits(int(q.ty.shape[2]) // heads, self.lanes) else None
+        bf16 = self.bf16 if self.bf16 and bf16_fits(width // heads, self.lanes) else None
+        offsets = tuple(first for _, first in sources)
         kernel = self.builder_.call_te(
             lambda query, key, value, *masks: attention(query, key, value, masks[0] if masks else None, heads, scale,
-                                                        self.lanes, padded, bf16),
+                                                        self.lanes, padded, bf16, offsets, width),
             *operands, primfunc_name_hint="attention",
             primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8,
                             **({BF16_ATTR: True} if bf16 else {})})
@@ -165,6 +169,19 @@ class _AttentionFuser(relax.PyExprMutator):
         kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
 
+
+    def _columns(self, x: relax.Var) -> tuple:
+        """(the tensor, its first column) that `x` is: where `x` is a slice of the last axis read
+        only here (Q, K or V of `PackProjections`' packed dense layer), the packed output and
+        the slice's first column, so the slice is never computed; else (x, 0)."""
+        value = self.values.get(x)
+        if is_op(value, "relax.strided_slice") and self._only_reader(x) and len(value.args) == 4:
+            source, axes, begin, _end = value.args
+            last = source.ty.ndim - 1 if isinstance(source.ty, relax.TensorType) else None
+            if [int(a) % 3 for a in axes] == [2] and last == 2 and _fp32(source) \
+                    and all(same_dim(source.ty.shape[axis], x.ty.shape[axis]) for axis in (0, 1)):
+                return source, int(begin[0])
+        return x, 0
 
     def _padded_mask(self, mask: relax.Expr) -> relax.Expr:
         """`mask` with its keys padded as the kernel pads them, one copy for every layer it serves."""
