@@ -71,7 +71,6 @@ def test_one_build_serves_every_sequence_length(encoder):
         assert_close(compiled.run(None, feed), ort_outputs(exported, feed), rtol=1e-4)
 
 
-@pytest.mark.vnni
 def _embeddings_against_onnxruntime(compiled, encoder, exported, batch: int = 12):
     """(cosine of each sentence's embedding to ONNX Runtime's fp32 one, share of sentences whose
     nearest neighbour among the others is unchanged) on 204 sentences: the four above and
@@ -93,6 +92,7 @@ def _embeddings_against_onnxruntime(compiled, encoder, exported, batch: int = 12
     return (ours * theirs).sum(axis=1), (neighbours(ours) == neighbours(theirs)).mean()  # both normalized
 
 
+@pytest.mark.vnni
 def test_dynamic_int8_embeddings_keep_their_meaning(encoder, exported):
     """Each int8 sentence embedding within cosine 0.99 of ONNX Runtime's fp32 one (lowest
     measured: 0.9991), and each sentence's nearest neighbour among the others unchanged for at

@@ -5,9 +5,8 @@ tensor reaches memory: each task holds its head's keys (transposed, scaled) and 
 query rows' scores, exponentials and context in buffers of its own.
 
 With `bf16` (a bf16 build), both products multiply bf16 pairs and add in fp32 (`vdpbf16ps`):
-Q rounded a row block at a time, the keys (scaled) and values rounded and paired along the
-reduction once per task, the exponentials rounded as the softmax writes them; the softmax
-itself stays fp32.
+Q rounded, and the keys (scaled) and values rounded and paired along the reduction, once per
+task, the exponentials rounded as the softmax writes them; the softmax itself stays fp32.
 
 Keys are computed padded to whole vectors (`KEY_MULTIPLE`, zeros whose scores the softmax
 leaves out) and query rows to whole row blocks (`matmul.ROW_MULTIPLE`, the last real row
@@ -44,7 +43,7 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     key_columns, real_key, key_index = _padding(keys, KEY_MULTIPLE)
     query_rows, _, query_index = _padding(queries, ROW_MULTIPLE)
 
-    products = (_bf16_products(bf16, depth, offsets) if bf16 else _fp32_products(depth, offsets))
+    products = _Bf16Products(bf16, depth, offsets) if bf16 else _Fp32Products(depth, offsets)
     scores = products.scores(query, key, batch, heads, query_rows, key_columns, real_key, key_index, query_index,
                              scale)
     lowest = tirx.min_value("float32")
@@ -113,7 +112,7 @@ def bf16_fits(depth: int, lanes: int) -> bool:
     return depth % lanes == 0
 
 
-class _fp32_products:
+class _Fp32Products:
     """Q K^T and P V in fp32: the keys transposed and scaled once per task."""
 
     def __init__(self, depth: int, offsets: tuple):
@@ -142,7 +141,7 @@ class _fp32_products:
             lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, value_at + c], axis=j), name="context")
 
 
-class _bf16_products:
+class _Bf16Products:
     """Q K^T and P V as sums of bf16 pair products (`vdpbf16ps`, or `portable`): Q rounded
     (`query_bf16`), this head's keys scaled, rounded and paired along the depth [D/2, Sk, 2]
     (`keys_t`), its values paired along the keys [Sk/2, D, 2] (`values_t`), the exponentials

@@ -13,8 +13,8 @@ heads, a mask of another dtype, a softmax over another axis) is left as it was, 
 `LowerMatmuls` and `LowerRowwise`.
 
 Q, K and V may be column slices of one packed dense layer's output (`PackProjections`): the
-kernel reads them there. In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where the head's depth is whole
-vectors; the softmax stays fp32 (`compute.attention`)."""
+kernel reads them there. In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where
+the head's depth is whole vectors; the softmax stays fp32 (`compute.attention`)."""
 
 from __future__ import annotations
 
