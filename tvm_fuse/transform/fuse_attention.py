@@ -177,8 +177,7 @@ class _AttentionFuser(relax.PyExprMutator):
         value = self.values.get(x)
         if is_op(value, "relax.strided_slice") and self._only_reader(x) and len(value.args) == 4:
             source, axes, begin, _end = value.args
-            last = source.ty.ndim - 1 if isinstance(source.ty, relax.TensorType) else None
-            if [int(a) % 3 for a in axes] == [2] and last == 2 and _fp32(source) \
+            if _fp32(source) and source.ty.ndim == 3 and [int(a) for a in axes] in ([2], [-1]) \
                     and all(same_dim(source.ty.shape[axis], x.ty.shape[axis]) for axis in (0, 1)):
                 return source, int(begin[0])
         return x, 0
