@@ -1,9 +1,10 @@
 """The fused attention kernel equals numpy's `softmax(Q K^T * scale + mask) V` per head, with
-Q, K, V and the result in `[batch, tokens, heads * depth]`: static token counts whole and
-ragged (keys padded to vectors, query rows to row blocks), symbolic ones at several
-lengths, masks broadcast as ONNX broadcasts them, and every knob setting a tuner may pick.
-Its bf16 form equals the same products of bf16-rounded Q, scaled K, V and exponentials.
-Compiled for this host's vector width, so it runs on AVX2 hosts too."""
+Q, K, V and the result in `[batch, tokens, heads * depth]` (Q, K and V also `[batch, heads,
+tokens, depth]`): static token counts whole and ragged (keys padded to vectors, query rows to
+row blocks), symbolic ones at several lengths, masks broadcast as ONNX broadcasts them, and
+every knob setting a tuner may pick. Its bf16 form equals the same products of bf16-rounded
+Q, scaled K, V and exponentials. Compiled for this host's vector width, so it runs on AVX2
+hosts too."""
 
 from __future__ import annotations
 
@@ -24,19 +25,21 @@ LANES = vector_lanes(TARGET)
 MASKED = np.float32(-3.4e38)  # what BERT-style exporters add for a padded token
 
 
-def _kernel(batch, queries, keys, heads, depth, mask_shape, scale, knobs=None, bf16=None):
-    """The compiled kernel and its placeholders' shapes (symbolic dims given as names)."""
+def _kernel(batch, queries, keys, heads, depth, mask_shape, scale, knobs=None, bf16=None, heads_first=False):
+    """The compiled kernel and its placeholders' shapes (symbolic dims given as names).
+    `heads_first`: Q, K and V `[batch, heads, tokens, depth]`."""
     dims = {}
 
     def dim(d):
         return dims.setdefault(d, te.var(d)) if isinstance(d, str) else d
 
-    width = heads * depth
-    q = te.placeholder((dim(batch), dim(queries), width), "float32", name="q")
-    k = te.placeholder((dim(batch), dim(keys), width), "float32", name="k")
-    v = te.placeholder((dim(batch), dim(keys), width), "float32", name="v")
+    def operand(tokens, name):
+        shape = (heads, dim(tokens), depth) if heads_first else (dim(tokens), heads * depth)
+        return te.placeholder((dim(batch), *shape), "float32", name=name)
+
+    q, k, v = operand(queries, "q"), operand(keys, "k"), operand(keys, "v")
     mask = te.placeholder(tuple(dim(d) for d in mask_shape), "float32", name="mask") if mask_shape else None
-    out = attention(q, k, v, mask, heads, scale, LANES, bf16=bf16)
+    out = attention(q, k, v, mask, heads, scale, LANES, bf16=bf16, heads_first=heads_first)
     func = te.create_prim_func([q, k, v, *([mask] if mask is not None else []), out])
     scheduled = apply(func, LANES, knobs)
     assert scheduled.attrs[KNOBS_ATTR] == ("tuned" if knobs else "default")  # scheduled, not left as it was
@@ -61,7 +64,7 @@ def _reference(q, k, v, mask, heads, scale, bf16=False):
     return context.transpose(0, 2, 1, 3).reshape(batch, queries, width)
 
 
-def _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale, seed=0, bf16=None):
+def _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale, seed=0, bf16=None, heads_first=False):
     rng = np.random.default_rng(seed)
     q, k, v = (rng.standard_normal((batch, n, heads * depth)).astype(np.float32) for n in (queries, keys, keys))
     mask = None
@@ -70,8 +73,10 @@ def _check(kernel, batch, queries, keys, heads, depth, mask_shape, scale, seed=0
         shape[-1] = keys  # the last axis runs over the keys
         mask = np.where(rng.random(shape) < 0.3, MASKED, np.float32(0)).astype(np.float32)
         mask[..., 0] = 0  # every row keeps a key
+    operands = [x.reshape(batch, -1, heads, depth).transpose(0, 2, 1, 3).copy() for x in (q, k, v)] if heads_first \
+        else [q, k, v]
     out = tvm.runtime.tensor(np.zeros((batch, queries, heads * depth), np.float32))
-    kernel["main"](*(tvm.runtime.tensor(a) for a in (q, k, v, *([mask] if mask is not None else []))), out)
+    kernel["main"](*(tvm.runtime.tensor(a) for a in (*operands, *([mask] if mask is not None else []))), out)
     # bf16: an exponential rounded the other way (ours from `fast_exp`) moves a result by 2^-8
     # of its share; measured largest difference 4e-4 at 128 keys.
     tolerance = {"rtol": 1e-3, "atol": 1e-3} if bf16 else {"rtol": 1e-5, "atol": 2e-6}
@@ -147,3 +152,16 @@ def test_bf16_kernel_serves_every_sequence_length_and_knob_setting():
         kernel, _ = _kernel("b", "n", "n", 2, 32, ("b", 1, 1, "n"), scale=0.25, knobs=knobs, bf16="portable")
         for batch, length in ((1, 1), (2, 33)):
             _check(kernel, batch, length, length, 2, 32, ("b", 1, 1, "n"), scale=0.25, seed=length, bf16="portable")
+
+
+@pytest.mark.parametrize("bf16", [None, "portable"])
+def test_operands_written_by_head_give_the_same_result(bf16):
+    """Q, K and V `[batch, heads, tokens, depth]`, as the dense layers FuseAttention gives this
+    kernel write them: at a static length and a symbolic one, every knob setting."""
+    kernel, _ = _kernel(1, 128, 128, 12, 32, (1, 1, 1, 128), 0.17677669, bf16=bf16, heads_first=True)
+    _check(kernel, 1, 128, 128, 12, 32, (1, 1, 1, 128), 0.17677669, bf16=bf16, heads_first=True)
+    _, func = _kernel("b", "n", "n", 2, 32, ("b", 1, 1, "n"), 0.25, bf16=bf16, heads_first=True)
+    for knobs in knob_space(func, LANES):
+        kernel, _ = _kernel("b", "n", "n", 2, 32, ("b", 1, 1, "n"), 0.25, knobs, bf16, heads_first=True)
+        for batch, length in ((1, 1), (2, 33)):
+            _check(kernel, batch, length, length, 2, 32, ("b", 1, 1, "n"), 0.25, length, bf16, heads_first=True)

@@ -1,9 +1,9 @@
 """FuseAttention: a BERT-style self-attention block (Q, K, V projections, heads split by
 Reshape + Transpose, scaled and masked scores, Softmax, the product with V, heads merged)
 runs as one attention kernel whose report entry names every node it computes, and equals
-ONNX Runtime, with static and symbolic sequence lengths; a block of another form is left to
-the separate kernels, and equals ONNX Runtime too. In a bf16 build its products run on
-`vdpbf16ps`."""
+ONNX Runtime, with static and symbolic sequence lengths; the dense kernels it alone reads write
+Q, K and V by head; a block of another form is left to the separate kernels, and equals ONNX
+Runtime too. In a bf16 build its products run on `vdpbf16ps`."""
 
 from __future__ import annotations
 
@@ -172,4 +172,50 @@ def test_other_forms(form):
     if form == "operands_scaled":
         assert {"q_scale", "k_scale", "scores", "softmax"} <= set(kernels[0]["onnx_nodes"])
     feed = _feed(1, 20, masked)
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+def _operand_ranks(model) -> list[int]:
+    """The ranks of the attention kernel's Q, K and V: 4 where their kernels write them by head."""
+    import tvm
+
+    from tvm_fuse.frontend import relax_module
+    from tvm_fuse.patterns.table import PATTERN_ATTR
+    from tvm_fuse.pipeline import optimize
+    from tvm_fuse.target import parse_target
+
+    optimized = optimize(relax_module(model).mod, parse_target("native"))
+    (attention,) = [f for f in optimized.functions.values()
+                    if isinstance(f, tvm.tirx.PrimFunc) and (f.attrs or {}).get(PATTERN_ATTR) == "attention"]
+    return [len(p.shape) for p in attention.params[:3]]
+
+
+@pytest.mark.parametrize("keys_from", ["x", "memory"])
+def test_the_projections_write_q_k_and_v_by_head(keys_from):
+    """Q, K and V from one packed dense kernel, or (K and V from another input, as a
+    cross-attention reads them) Q from its own and K and V from a packed one: the kernels
+    write `[B, H, S, D]`, and the model equals ONNX Runtime at every length."""
+    model = _attention_model("batch", "tokens")
+    feeds = [_feed(batch, tokens, seed=tokens) for batch, tokens in ((1, 1), (2, 24))]
+    if keys_from == "memory":
+        for node in model.graph.node:
+            if node.name in ("k_matmul", "v_matmul"):
+                node.input[0] = "memory"
+        model.graph.input.append(helper.make_tensor_value_info("memory", TensorProto.FLOAT, ["batch", "tokens", WIDTH]))
+        for feed in feeds:
+            feed["memory"] = np.random.default_rng(7).standard_normal(feed["x"].shape).astype(np.float32)
+    assert _operand_ranks(model) == [4, 4, 4]
+    compiled = tvm_fuse.build(model, "native")
+    for feed in feeds:
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+def test_a_projection_read_elsewhere_keeps_its_layout():
+    """Q is also a graph output: its kernel writes `[B, S, H * D]` for that reader, and so the
+    attention kernel reads all three as their kernels write them unsplit."""
+    model = _attention_model(2, 24)
+    model.graph.output.append(helper.make_tensor_value_info("q", TensorProto.FLOAT, [2, 24, WIDTH]))
+    assert _operand_ranks(model) == [3, 3, 3]
+    compiled = tvm_fuse.build(model, "native")
+    feed = _feed(2, 24)
     assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)

@@ -1,8 +1,9 @@
 """Scaled dot-product attention in one kernel: `softmax(Q K^T * scale + mask) V` for every
-head, with Q, K and V read where their dense layers wrote them, `[batch, tokens, heads * D]`,
-and the result written the same way, so no head transpose and no `[tokens, tokens]` score
-tensor reaches memory: each task holds its head's keys (transposed, scaled) and a block of
-query rows' scores, exponentials and context in buffers of its own.
+head, with Q, K and V read where their dense layers wrote them, `[batch, tokens, heads * D]`
+or, where those layers write each head's columns together (`FuseAttention`), `[batch, heads,
+tokens, D]`, and the result written `[batch, tokens, heads * D]`, so no head transpose and no
+`[tokens, tokens]` score tensor reaches memory: each task holds its head's keys (transposed,
+scaled) and a block of query rows' scores, exponentials and context in buffers of its own.
 
 With `bf16` (a bf16 build), both products multiply bf16 pairs and add in fp32 (`vdpbf16ps`):
 Q rounded, and the keys (scaled) and values rounded and paired along the reduction, once per
@@ -28,24 +29,26 @@ KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, 
 
 def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
               scale: float, lanes: int, mask_padded: bool = False, bf16: str | None = None,
-              offsets: tuple = (0, 0, 0), width: int | None = None) -> te.Tensor:
-    """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]`; `mask` (or None) added
-    to the scaled scores, broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis
-    either 1 or Sk (`mask_padded`: Sk padded by `pad_keys`). `lanes`: the vector width of the
-    softmax's reductions. `bf16`: "vdpbf16ps" or "portable" (its form on any CPU) for bf16
-    products (`bf16_fits` the depth), None for fp32. `offsets`: the first column of Q, K and V
-    in their tensors, which are `width` (default: all their) columns wide from there (slices
-    of one packed projection)."""
-    batch, queries, columns = query.shape
-    width = int(columns) if width is None else width
-    keys = key.shape[1]
+              offsets: tuple = (0, 0, 0), width: int | None = None, heads_first: bool = False) -> te.Tensor:
+    """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]` (`heads_first`: `[B,
+    heads, Sq, D]` and `[B, heads, Sk, D]`); `mask` (or None) added to the scaled scores,
+    broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis either 1 or Sk
+    (`mask_padded`: Sk padded by `pad_keys`). `lanes`: the vector width of the softmax's
+    reductions. `bf16`: "vdpbf16ps" or "portable" (its form on any CPU) for bf16 products
+    (`bf16_fits` the depth), None for fp32. `offsets`: the first column of Q, K and V in their
+    tensors (a multiple of D), which are `width` (default: all their) columns wide from there
+    (slices of one packed projection). The result is `[B, Sq, heads*D]`."""
+    tokens = 2 if heads_first else 1
+    batch, queries, keys = query.shape[0], query.shape[tokens], key.shape[tokens]
+    if width is None:
+        width = int(query.shape[1]) * int(query.shape[3]) if heads_first else int(query.shape[2])
     depth = width // heads
     key_columns, real_key, key_index = _padding(keys, KEY_MULTIPLE)
     query_rows, _, query_index = _padding(queries, ROW_MULTIPLE)
 
-    products = _Bf16Products(bf16, depth, offsets) if bf16 else _Fp32Products(depth, offsets)
-    scores = products.scores(query, key, batch, heads, query_rows, key_columns, real_key, key_index, query_index,
-                             scale)
+    read = tuple(_reader(x, at, depth, heads_first) for x, at in zip((query, key, value), offsets))
+    products = _Bf16Products(bf16, depth, read) if bf16 else _Fp32Products(depth, read)
+    scores = products.scores(batch, heads, query_rows, key_columns, real_key, key_index, query_index, scale)
     lowest = tirx.min_value("float32")
 
     def logit(b, h, i, j):
@@ -61,7 +64,7 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     exps = te.compute(scores.shape, lambda b, h, i, j: real_key(j, powers[b, h, i, j]), name="exps")
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
-    context = products.context(exps, value, batch, query_rows, width, keys, key_columns, real_key, key_index)
+    context = products.context(exps, batch, query_rows, width, keys, key_columns, real_key, key_index)
     return te.compute((batch, queries, width),
                       lambda b, s, c: context[b, s, c] * inverse[b, c // depth, s], name="attention")
 
@@ -107,6 +110,14 @@ def _mask_value(mask: te.Tensor, index):
     return mask[tuple(0 if is_one(dim) else index[offset + a] for a, dim in enumerate(mask.shape))]
 
 
+def _reader(tensor: te.Tensor, first: int, depth: int, heads_first: bool):
+    """`read(b, token, head, d)`: element d of that head in `tensor`, whose heads start at
+    column `first`."""
+    if heads_first:
+        return lambda b, token, head, d: tensor[b, first // depth + head, token, d]
+    return lambda b, token, head, d: tensor[b, token, first + head * depth + d]
+
+
 def bf16_fits(depth: int, lanes: int) -> bool:
     """Whether bf16 products serve a head of `depth`: whole vectors of its channels."""
     return depth % lanes == 0
@@ -115,30 +126,29 @@ def bf16_fits(depth: int, lanes: int) -> bool:
 class _Fp32Products:
     """Q K^T and P V in fp32: the keys transposed and scaled once per task."""
 
-    def __init__(self, depth: int, offsets: tuple):
+    def __init__(self, depth: int, read: tuple):
         self.depth = depth
-        self.query_at, self.key_at, self.value_at = offsets
+        self.query, self.key, self.value = read  # `_reader`s
 
-    def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
-        depth, key_at, query_at = self.depth, self.key_at, self.query_at
+    def scores(self, batch, heads, rows, columns, real_key, key_index, query_index, scale):
+        depth = self.depth
         keys_t = te.compute(  # this head's keys as columns, scaled, zero past the last
             (batch, heads, depth, columns),
-            lambda b, h, d, j: real_key(j, key[b, key_index(j), key_at + h * depth + d]
-                                        * tirx.const(scale, "float32")),
+            lambda b, h, d, j: real_key(j, self.key(b, key_index(j), h, d) * tirx.const(scale, "float32")),
             name="keys_t")
         d = te.reduce_axis((0, depth), name="d")
         return te.compute(
             (batch, heads, rows, columns),
-            lambda b, h, i, j: te.sum(query[b, query_index(i), query_at + h * depth + d] * keys_t[b, h, d, j],
-                                      axis=d),
+            lambda b, h, i, j: te.sum(self.query(b, query_index(i), h, d) * keys_t[b, h, d, j], axis=d),
             name="scores", attrs={SCHEDULE_RULE: ATTENTION_RULE})
 
-    def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
-        depth, value_at = self.depth, self.value_at
+    def context(self, exps, batch, rows, width, keys, columns, real_key, key_index):
+        depth = self.depth
         j = te.reduce_axis((0, keys), name="j")
         return te.compute(
             (batch, rows, width),
-            lambda b, i, c: te.sum(exps[b, c // depth, i, j] * value[b, j, value_at + c], axis=j), name="context")
+            lambda b, i, c: te.sum(exps[b, c // depth, i, j] * self.value(b, j, c // depth, c % depth), axis=j),
+            name="context")
 
 
 class _Bf16Products:
@@ -147,18 +157,19 @@ class _Bf16Products:
     (`keys_t`), its values paired along the keys [Sk/2, D, 2] (`values_t`), the exponentials
     rounded (`exps_bf16`); padded keys are zeros in every one."""
 
-    def __init__(self, instruction: str, depth: int, offsets: tuple):
+    def __init__(self, instruction: str, depth: int, read: tuple):
         self.attrs = {DOT_PRODUCT_ATTR: instruction}
         self.depth = depth
-        self.query_at, self.key_at, self.value_at = offsets
+        self.query, self.key, self.value = read  # `_reader`s
 
-    def scores(self, query, key, batch, heads, rows, columns, real_key, key_index, query_index, scale):
-        depth, key_at, query_at = self.depth, self.key_at, self.query_at
+    def scores(self, batch, heads, rows, columns, real_key, key_index, query_index, scale):
+        depth = self.depth
         query_bits = te.compute((batch, rows, heads * depth),
-                                lambda b, i, c: to_bits(query[b, query_index(i), query_at + c]), name="query_bf16")
+                                lambda b, i, c: to_bits(self.query(b, query_index(i), c // depth, c % depth)),
+                                name="query_bf16")
         keys_t = te.compute(
             (batch, heads, depth // PAIR, columns, PAIR),
-            lambda b, h, p, j, e: to_bits(real_key(j, key[b, key_index(j), key_at + h * depth + p * PAIR + e]
+            lambda b, h, p, j, e: to_bits(real_key(j, self.key(b, key_index(j), h, p * PAIR + e)
                                                    * tirx.const(scale, "float32"))),
             name="keys_t")
         p = te.reduce_axis((0, depth // PAIR), name="p")
@@ -169,13 +180,12 @@ class _Bf16Products:
                                       * from_bits(keys_t[b, h, p, j, e]), axis=[p, e]),
             name="scores", attrs={SCHEDULE_RULE: ATTENTION_BF16_RULE, **self.attrs})
 
-    def context(self, exps, value, batch, rows, width, keys, columns, real_key, key_index):
-        depth, value_at = self.depth, self.value_at
+    def context(self, exps, batch, rows, width, keys, columns, real_key, key_index):
+        depth = self.depth
         exps_bits = te.compute(exps.shape, lambda *i: to_bits(exps(*i)), name="exps_bf16")
         values_t = te.compute(
             (batch, width // depth, columns // PAIR, depth, PAIR),
-            lambda b, h, q, c, e: to_bits(real_key(q * PAIR + e, value[b, key_index(q * PAIR + e),
-                                                                       value_at + h * depth + c])),
+            lambda b, h, q, c, e: to_bits(real_key(q * PAIR + e, self.value(b, key_index(q * PAIR + e), h, c))),
             name="values_t")
         q = te.reduce_axis((0, columns // PAIR), name="q")
         e = te.reduce_axis((0, PAIR), name="e")
