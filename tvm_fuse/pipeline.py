@@ -31,6 +31,7 @@ from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.lower_rowwise import LowerRowwise
+from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pack_projections import PackProjections
@@ -122,9 +123,11 @@ TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a
 
 
 def _tir_pipeline():
-    """TVM's TIR lowering, with `StackLocalBuffers` before the host's LowerTVMBuiltin."""
+    """TVM's TIR lowering, with `StackLocalBuffers` and `NativeBf16Rounding` before the host's
+    LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
-    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), finalize_host()]), finalize_device
+    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), NativeBf16Rounding(), finalize_host()]), \
+        finalize_device
 
 
 tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

@@ -231,6 +231,19 @@ def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
 
 
 @pytest.mark.avx512
+def test_a_bf16_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch):
+    """Its dense layers on (emulated) tiles, the packed Q, K and V written by head for the
+    attention kernel: within 5% of the largest output, as a bf16 attention block on VNNI
+    (tests/transform/test_fuse_attention.py)."""
+    encoder = transformer_encoder(batch=2, seq_len=32, hidden=64)
+    model = _amx_target_build(encoder, monkeypatch, precision="bf16")
+    assert model.precision == "bf16" and "attention" in [k["pattern"] for k in model.fusion_report()["kernels"]]
+    feed = {"hidden_states": np.random.default_rng(4).standard_normal((2, 32, 64)).astype(np.float32)}
+    (ours,), (reference,) = model.run(None, feed), ort_outputs(encoder, feed)
+    assert np.abs(ours - reference).max() <= 0.05 * np.abs(reference).max()
+
+
+@pytest.mark.avx512
 @pytest.mark.parametrize("mode, tolerance", [("dynamic", 0.03), ("calibrated", 0.05)])
 def test_an_int8_encoder_for_an_amx_host_stays_close_to_fp32(monkeypatch, mode, tolerance):
     """As on VNNI (tests/quantization/test_int8_dense.py): dynamic, each value's error about 1%
