@@ -31,8 +31,8 @@ from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
 from .transform.lower_rowwise import LowerRowwise
-from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.lower_matmuls import LowerMatmuls
+from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pack_projections import PackProjections
 from .transform.pad_output_channels import PadOutputChannels

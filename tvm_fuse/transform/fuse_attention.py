@@ -17,8 +17,10 @@ kernel reads them there. Where the attention is the only reader of the kernels t
 and V, those kernels write each head's columns together, `[B, H, S, D]` (their output buffer
 transformed; their loops and knobs are unchanged), so that each (sequence, head) task reads
 three contiguous blocks: row by row, a head's 128 bytes lie a page apart for MiniLM and every
-read misses the prefetchers (its attention at batch 8 took a third longer in a model run). In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where
-the head's depth is whole vectors; the softmax stays fp32 (`compute.attention`)."""
+read misses the prefetchers (its attention at batch 8 took a third longer in a model run).
+
+In a bf16 build both products multiply bf16 pairs (`vdpbf16ps`) where the head's depth is
+whole vectors; the softmax stays fp32 (`compute.attention`)."""
 
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ class _AttentionFuser(relax.PyExprMutator):
             if match is not None:
                 self.kernels[var] = match
                 q, k, v, _mask, heads, _scale, steps = match
-                self.absorbed.update(steps[1:])
+                self.absorbed.update(steps[1:])  # steps[0] is `var`, which the kernel's call binds
                 self.absorbed.update(x for x in (q, k, v) if self._columns(x)[0] is not x)  # slices read in place
                 self._plan_heads_first((q, k, v), heads, steps, reading)
         return self.visit_expr(func)
@@ -195,16 +197,15 @@ class _AttentionFuser(relax.PyExprMutator):
         kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
 
-
     def _emit_heads_first(self, binding: relax.VarBinding) -> None:
         """The kernel call of `binding` writing `[B, N / D, S, D]`; its readers read that."""
         call, depth = binding.value, self.heads_first[binding.var]
         batch, tokens, width = binding.var.ty.shape
         kernel = self.builder_.add_func(_heads_first_kernel(self.builder_.get()[call.args[0]], depth),
                                         f"{call.args[0].name_hint}_by_head")
-        heads_first = relax.Call(call.op, [kernel, *map(self.visit_expr, call.args[1:])], call.attrs,
-                                 [relax.TensorType([batch, int(width) // depth, tokens, depth], "float32")], call.span)
-        self.set_var_remap(binding.var, self.builder_.emit(heads_first, binding.var.name))
+        by_head = relax.Call(call.op, [kernel, *map(self.visit_expr, call.args[1:])], call.attrs,
+                             [relax.TensorType([batch, int(width) // depth, tokens, depth], "float32")], call.span)
+        self.set_var_remap(binding.var, self.builder_.emit(by_head, binding.var.name))
 
     def _columns(self, x: relax.Var) -> tuple:
         """(the tensor, its first column) that `x` is: where `x` is a slice of the last axis read
