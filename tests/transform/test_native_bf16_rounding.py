@@ -1,7 +1,7 @@
-"""NativeBf16Rounding: compiled for a CPU with AVX512-BF16, every fp32 -> bf16 rounding of a
-bf16 build is one `vcvtneps2bf16` (none left as integer arithmetic and a narrowing move), and
-it rounds as `compute.bf16.to_bits` does, ties to even; without AVX512-BF16 the integer
-rounding stays."""
+"""NativeBf16Rounding: compiled for a CPU with AVX512-BF16, every 16-lane fp32 -> bf16
+rounding of a bf16 build is one `vcvtneps2bf16` (none left as integer arithmetic and a
+narrowing move), and it rounds as `compute.bf16.to_bits` does, ties to even; without
+AVX512-BF16 the integer rounding stays."""
 
 from __future__ import annotations
 
@@ -42,9 +42,10 @@ def test_the_rounding_is_one_instruction_where_the_target_has_it(mcpu, native):
     assert (_count("vpmovdw", assembly) == 0) == native
 
 
-def test_every_rounding_of_a_bf16_encoder_is_the_instruction():
+def test_every_vector_rounding_of_a_bf16_encoder_is_the_instruction():
     """Compiled for Zen 4, on any host: its dense layers' inputs and outputs, the attention's
-    operands and exponentials."""
+    Q and exponentials (its K and V are rounded two values at a time, and keep the integer
+    form)."""
     model = tvm_fuse.build(transformer_encoder(batch=1, seq_len=32, hidden=64), "llvm -mcpu=znver4",
                            precision="bf16")
     assembly = model.assembly()

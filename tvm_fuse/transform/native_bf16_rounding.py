@@ -7,8 +7,9 @@ itself (its LLVM intrinsic takes `bfloat` vectors, see `compute.bf16`), so this 
 vectorized rounding in each kernel's lowered code and calls a function written in LLVM IR
 instead, linked into the kernel (`pragma_import_llvm`), as the bf16 dot product does
 (`schedules.intrinsics`). Both round to nearest even; the instruction also flushes denormals
-(below 1.2e-38) to zero. It runs on the host module just before LowerTVMBuiltin
-(`TIR_PIPELINE`)."""
+(below 1.2e-38) to zero. Vectors of 16 values only: a narrower rounding (the attention's K and
+V, paired two at a time) keeps the integer form. It runs on the host module just before
+LowerTVMBuiltin (`TIR_PIPELINE`)."""
 
 from __future__ import annotations
 
