@@ -66,7 +66,8 @@ def build(
             fp32, on AVX512-BF16's `vdpbf16ps`; convs and dense layers on AMX tiles
             (`tdpbf16ps`) where the target has AMX-BF16. On targets without AVX512-BF16 the
             model builds in fp32, with a warning. The fusion report gives each kernel's
-            precision. With `quantize`, the convs int8 takes run in int8 and the others in bf16.
+            precision. With `quantize`, the convs and dense layers int8 takes run in int8 and
+            the others in bf16 (a transformer's attention products too).
 
     A model with kernels on AMX tiles also carries a build of itself without them (the same
     target with AMX off, `CompiledModel.fallback`; compiling takes twice as long), which runs,

@@ -255,7 +255,8 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--precision", choices=PRECISIONS, default="fp32",
                              help="bf16: conv and dense kernels multiply in bf16 and add in fp32, on AVX512-BF16's "
                                   "vdpbf16ps, or on AMX tiles (tdpbf16ps) where the target has AMX-BF16 (targets "
-                                  "without AVX512-BF16 build in fp32, with a warning); default fp32, exact")
+                                  "without AVX512-BF16 build in fp32, with a warning); with --int8, what int8 leaves "
+                                  "(a transformer's attention products) runs in bf16; default fp32, exact")
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
         sub.set_defaults(func=func)
