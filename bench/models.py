@@ -27,6 +27,8 @@ precision hint) join the fp32 run, and a bf16 table gives both against tvm_fuse 
 bf16 model's output error against ONNX Runtime fp32 and, for classifiers, its top-1 agreement
 with its own runtime's fp32 on --agreement-samples random inputs. Where the CPU lacks
 AVX512-BF16 both fall back to fp32 (tvm_fuse says so in a warning): measure on a host that has it.
+For the MiniLM models --bf16 also times our dynamic int8 build with `precision="bf16"` (the
+attention's products in bf16), as `ours8b` in their table.
 """
 
 from __future__ import annotations
@@ -192,6 +194,11 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
     if args.bf16:
         runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
                                                precision="bf16", tuning_logs=[] if args.untuned else None)
+        if dynamic_int8:  # int8 dense layers, the attention's products in bf16
+            runtimes["ours_dynamic_int8_bf16"] = tvm_fuse.build(
+                onnx_model, input_shapes={k: v.shape for k, v in feed.items()},
+                quantize=QuantConfig(activations="dynamic"), precision="bf16",
+                tuning_logs=[] if args.untuned else None)
     if not args.no_openvino:
         # As shipped, else with the feed's static shapes (as an OpenVINO user would reshape it);
         # a model it cannot convert either way has n/a in its columns.
@@ -222,6 +229,10 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
                                             ("max_rel_diff", differences(outputs[f"{runtime}_dynamic_int8"],
                                                                          outputs["theirs"])[1]))})
         openvino["tvm_fuse_any_length_ms"] = times["ours_any_length"].median_ms
+        if "ours_dynamic_int8_bf16" in runtimes:
+            openvino["tvm_fuse_dynamic_int8_bf16_ms"] = times["ours_dynamic_int8_bf16"].median_ms
+            openvino["tvm_fuse_dynamic_int8_bf16_max_rel_diff"] = differences(outputs["ours_dynamic_int8_bf16"],
+                                                                              outputs["theirs"])[1]
     for name in ("ours_bf16", "openvino_bf16"):  # each against tvm_fuse fp32, its error against ONNX Runtime's
         if name in runtimes:
             openvino.update({f"{name}_ms": times[name].median_ms,
@@ -340,21 +351,26 @@ def print_bf16_table(rows: list[dict]) -> None:
 
 
 def print_transformer_table(rows: list[dict]) -> None:
+    with_bf16 = any("tvm_fuse_dynamic_int8_bf16_ms" in r for r in rows)
     head = ("model", "batch", "ours ms", "ORT ms", "OV ms", "ours8 ms", "ORT8 ms", "ORT/ours", "OV/ours",
-            "ORT8/ours8", "any/ours", "ours8 err", "ORT8 err")
-    print(("{:20}{:>6}" + "{:>11}" * (len(head) - 2)).format(*head))
+            "ORT8/ours8", "any/ours", "ours8 err", "ORT8 err", *(("ours8b ms", "ORT8/ours8b") if with_bf16 else ()))
+    print(("{:20}{:>6}" + "{:>11}" * 11 + "{:>12}" * (len(head) - 13)).format(*head))
     for r in rows:
         openvino = (f"{r['openvino_ms']:11.2f}", f"{r['ratio_openvino']:10.2f}x") if "openvino_ms" in r \
             else (f"{'n/a':>11}",) * 2
         ours8, theirs8 = r["tvm_fuse_dynamic_int8_ms"], r["onnxruntime_dynamic_int8_ms"]
+        ours8b = r.get("tvm_fuse_dynamic_int8_bf16_ms")
         print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:11.2f}{r['onnxruntime_ms']:11.2f}{openvino[0]}"
               f"{ours8:11.2f}{theirs8:11.2f}{r['ratio']:10.2f}x{openvino[1]}{theirs8 / ours8:10.2f}x"
               f"{r['tvm_fuse_any_length_ms'] / r['tvm_fuse_ms']:10.2f}x"
-              f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}")
+              f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}"
+              + (f"{ours8b:12.2f}{theirs8 / ours8b:11.2f}x" if ours8b else ""))
     print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per group of 64 values of a row; "
           "ONNX Runtime's quantize_dynamic, one per tensor); any/ours: our one build for every sequence length "
           "(symbolic batch and sequence) against the build for this one; err: largest output difference from "
-          "ONNX Runtime fp32, relative to its largest magnitude")
+          "ONNX Runtime fp32, relative to its largest magnitude"
+          + ("; ours8b (--bf16): our dynamic int8 with precision='bf16', the attention's products in bf16" if with_bf16
+             else ""))
 
 
 def print_int8_table(rows: list[dict]) -> None:
