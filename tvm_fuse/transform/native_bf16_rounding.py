@@ -18,6 +18,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..target import isa_features
+from .rebind import is_op
 
 LANES = 16
 _FUNCTION = f"tvm_fuse_cvtneps2bf16_{LANES}"
@@ -28,10 +29,6 @@ _LLVM_IR = (
     f"  %r = call <{LANES} x bfloat> @{_INTRINSIC}(<{LANES} x float> %a)\n"
     f"  %i = bitcast <{LANES} x bfloat> %r to <{LANES} x i16>\n"
     f"  ret <{LANES} x i16> %i\n}}\n")
-
-
-def _call(expr, op: str) -> bool:
-    return isinstance(expr, tvm.ir.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == f"tirx.{op}"
 
 
 def _constant(expr) -> int | None:
@@ -51,7 +48,7 @@ def _rounded_value(cast: tirx.Cast):
     if str(cast.ty) != f"uint16x{LANES}" or not _shift_by_16(shifted):
         return None
     terms = _terms(shifted.a)
-    bits = [t for t in terms if _call(t, "reinterpret") and str(t.ty) == f"uint32x{LANES}"
+    bits = [t for t in terms if is_op(t, "tirx.reinterpret") and str(t.ty) == f"uint32x{LANES}"
             and str(t.args[0].ty) == f"float32x{LANES}"]
     lowest = [t for t in terms if isinstance(t, tirx.BitwiseAnd) and _constant(t.b) == 1 and _shift_by_16(t.a)]
     if len(terms) != 3 or len(bits) != 1 or len(lowest) != 1 or 0x7FFF not in map(_constant, terms) \
