@@ -41,7 +41,6 @@ def node_index(var) -> int | None:
     return int(match.group(1)) if match else None
 
 
-
 _SPAN_PREFIX = "onnx:"
 
 
@@ -49,6 +48,11 @@ def span(node_indices) -> tvm.ir.Span:
     """A span that records the ONNX nodes a call computes (it survives fusion, names do not)."""
     text = _SPAN_PREFIX + ",".join(str(i) for i in sorted(node_indices))
     return tvm.ir.Span(tvm.ir.SourceName(text), 0, 0, 0, 0)
+
+
+def recorded(call, node_indices):
+    """`call` with a span recording the ONNX nodes `node_indices` (None entries skipped)."""
+    return tvm.ir.Call(call.op, call.args, call.attrs, call.ty_args, span(i for i in node_indices if i is not None))
 
 
 def span_nodes(call) -> list[int]:

@@ -193,8 +193,7 @@ class _AttentionFuser(relax.PyExprMutator):
             *operands, primfunc_name_hint="attention",
             primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8,
                             **({BF16_ATTR: True} if bf16 else {})})
-        nodes = [i for i in map(provenance.node_index, steps) if i is not None]
-        kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+        kernel = provenance.recorded(kernel, map(provenance.node_index, steps))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
 
     def _emit_heads_first(self, binding: relax.VarBinding) -> None:

@@ -163,8 +163,7 @@ def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args
                         **(attrs or {})},
     )
     # Kernels of equal shape share one function; each call site records its own nodes.
-    return relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args,
-                      provenance.span([*nodes, *composite_nodes(func)]))
+    return provenance.recorded(kernel, [*nodes, *composite_nodes(func)])
 
 
 WINOGRAD_SWITCH = "TVM_FUSE_DISABLE_WINOGRAD"

@@ -107,16 +107,14 @@ class _RowwiseLowerer(relax.PyExprMutator):
                 *(self.visit_expr(e) for e in (*call.args[1:], *leaves)), primfunc_name_hint="layer_norm",
                 primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
             own = provenance.span_nodes(call) or [provenance.node_index(binding.var)]  # a recomposed norm's nodes
-            nodes = [i for i in dict.fromkeys([*own, *map(provenance.node_index, steps)]) if i is not None]
-            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+            kernel = provenance.recorded(kernel, dict.fromkeys([*own, *map(provenance.node_index, steps)]))
         elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)]):
             (scores, scale, mask), steps = self._prologue(call.args[0])
             operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]
             kernel = self.builder_.call_te(
                 lambda x, *masks: softmax_rows(_scaled_masked(x, scale, masks), self.lanes), *operands,
                 primfunc_name_hint="softmax", primfunc_attrs={KERNEL_ATTR: "nn.softmax", "op_pattern": 8})
-            nodes = [i for i in map(provenance.node_index, [binding.var, *steps]) if i is not None]
-            kernel = relax.Call(kernel.op, kernel.args, kernel.attrs, kernel.ty_args, provenance.span(nodes))
+            kernel = provenance.recorded(kernel, map(provenance.node_index, [binding.var, *steps]))
         else:
             return super().visit_var_binding_(binding)
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))

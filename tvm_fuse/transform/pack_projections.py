@@ -115,13 +115,9 @@ class _Packer(PyExprMutator):
         biases = [b.value.numpy() for _, _, _, b in group]  # each [N] or [1, ..., N]
         rank = max(b.ndim for b in biases)
         bias = np.concatenate([b.reshape(-1) for b in biases]).reshape((1,) * (rank - 1) + (-1,))
-        product = _with_nodes(relax.op.matmul(x, relax.const(weight)), [p for _, p, _, _ in group])
+        product = provenance.recorded(relax.op.matmul(x, relax.const(weight)),
+                                      [provenance.node_index(p) for _, p, _, _ in group])
         product = self.builder_.emit(product, binding.var.name)
-        added = _with_nodes(relax.op.add(product, relax.const(bias)), [output for output, *_ in group])
+        added = provenance.recorded(relax.op.add(product, relax.const(bias)),
+                                    [provenance.node_index(output) for output, *_ in group])
         self.packed[binding.var] = self.builder_.emit(added, group[0][0].name)
-
-
-def _with_nodes(call: relax.Call, variables) -> relax.Call:
-    """`call` recording the ONNX nodes of `variables`' bindings, which it computes."""
-    nodes = [i for i in map(provenance.node_index, variables) if i is not None]
-    return relax.Call(call.op, call.args, call.attrs, call.ty_args, provenance.span(nodes))

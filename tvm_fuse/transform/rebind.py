@@ -76,7 +76,7 @@ class Rebinder(PyExprMutator):
 
 
 def is_op(expr, *names: str) -> bool:
-    """`expr` calls one of the Relax ops `names`."""
+    """`expr` calls one of the ops `names` (Relax's, or TIR's: `tirx.reinterpret`)."""
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
 
 

@@ -31,9 +31,8 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
         found = _layer_norm(values, var)
         if found is not None:
             x, gamma, beta, epsilon, steps = found
-            nodes = [i for i in map(provenance.node_index, [var, *steps]) if i is not None]
-            call = relax.op.nn.layer_norm(x, gamma, beta, axes=[-1], epsilon=epsilon)
-            plan[var] = relax.Call(call.op, call.args, call.attrs, call.ty_args, provenance.span(nodes))
+            plan[var] = provenance.recorded(relax.op.nn.layer_norm(x, gamma, beta, axes=[-1], epsilon=epsilon),
+                                            map(provenance.node_index, [var, *steps]))
     return plan
 
 

@@ -18,8 +18,8 @@ class _SpanWriter(PyExprMutator):
         value = self.visit_expr(binding.value)
         index = provenance.node_index(binding.var)
         if isinstance(value, relax.Call) and index is not None:
-            span = provenance.span({index, *provenance.span_nodes(value)})  # a rewrite's nodes too
-            value = self.builder_.normalize(relax.Call(value.op, value.args, value.attrs, value.ty_args, span))
+            value = self.builder_.normalize(  # a rewrite's nodes too
+                provenance.recorded(value, {index, *provenance.span_nodes(value)}))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
 
 
