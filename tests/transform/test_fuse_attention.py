@@ -115,26 +115,37 @@ def test_one_build_serves_every_sequence_length():
         assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
 
 
+def _attention_function(model, target: str, precision: str = "fp32"):
+    """The scheduled attention kernel of `model` optimized for `target` in `precision`."""
+    import tvm
+
+    from tvm_fuse.frontend import relax_module
+    from tvm_fuse.patterns.table import PATTERN_ATTR
+    from tvm_fuse.pipeline import optimize
+    from tvm_fuse.target import parse_target
+    from tvm_fuse.transform.realize_bf16 import bf16_pass
+
+    parsed = parse_target(target)
+    optimized = optimize(relax_module(model).mod, parsed, bf16=bf16_pass(precision, parsed))
+    (attention,) = [f for f in optimized.functions.values()
+                    if isinstance(f, tvm.tirx.PrimFunc) and (f.attrs or {}).get(PATTERN_ATTR) == "attention"]
+    return attention
+
+
 def test_a_bf16_build_multiplies_attention_in_bf16():
     """Compiled for Zen 4 (AVX512-BF16), on any host: the attention kernel's code has
     `vdpbf16ps`, and the report says bf16."""
     import tvm
 
-    from tvm_fuse.frontend import relax_module
-    from tvm_fuse.patterns.table import PATTERN_ATTR
-    from tvm_fuse.pipeline import TIR_PIPELINE, optimize
+    from tvm_fuse.pipeline import TIR_PIPELINE
     from tvm_fuse.target import parse_target
-    from tvm_fuse.transform.realize_bf16 import bf16_pass
 
     model = _attention_model(2, 24)
     (kernel,) = _attention_kernels(tvm_fuse.build(model, "llvm -mcpu=znver4", precision="bf16"))
     assert kernel["precision"] == "bf16"
-    target = parse_target("llvm -mcpu=znver4")
-    optimized = optimize(relax_module(model).mod, target, bf16=bf16_pass("bf16", target))
-    (attention,) = [f for f in optimized.functions.values()
-                    if isinstance(f, tvm.tirx.PrimFunc) and (f.attrs or {}).get(PATTERN_ATTR) == "attention"]
-    assembly = tvm.compile(tvm.IRModule({"main": attention.with_attr("global_symbol", "main")}), target=target, tir_pipeline=TIR_PIPELINE) \
-        .mod.inspect_source("asm")
+    attention = _attention_function(model, "llvm -mcpu=znver4", "bf16")
+    assembly = tvm.compile(tvm.IRModule({"main": attention.with_attr("global_symbol", "main")}),
+                           target=parse_target("llvm -mcpu=znver4"), tir_pipeline=TIR_PIPELINE).mod.inspect_source("asm")
     assert re.search(r"\bvdpbf16ps\b", assembly)
 
 
@@ -177,17 +188,7 @@ def test_other_forms(form):
 
 def _operand_ranks(model) -> list[int]:
     """The ranks of the attention kernel's Q, K and V: 4 where their kernels write them by head."""
-    import tvm
-
-    from tvm_fuse.frontend import relax_module
-    from tvm_fuse.patterns.table import PATTERN_ATTR
-    from tvm_fuse.pipeline import optimize
-    from tvm_fuse.target import parse_target
-
-    optimized = optimize(relax_module(model).mod, parse_target("native"))
-    (attention,) = [f for f in optimized.functions.values()
-                    if isinstance(f, tvm.tirx.PrimFunc) and (f.attrs or {}).get(PATTERN_ATTR) == "attention"]
-    return [len(p.shape) for p in attention.params[:3]]
+    return [len(p.shape) for p in _attention_function(model, "native").params[:3]]
 
 
 @pytest.mark.parametrize("keys_from", ["x", "memory"])
