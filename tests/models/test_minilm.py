@@ -71,11 +71,15 @@ def test_one_build_serves_every_sequence_length(encoder):
         assert_close(compiled.run(None, feed), ort_outputs(exported, feed), rtol=1e-4)
 
 
-def _embeddings_against_onnxruntime(compiled, encoder, exported, batch: int = 12):
+EMBEDDING_SHAPES = {"input_ids": (12, 128), "attention_mask": (12, 128)}  # builds for the 204 sentences
+
+
+def _embeddings_against_onnxruntime(compiled, encoder, exported):
     """(cosine of each sentence's embedding to ONNX Runtime's fp32 one, share of sentences whose
     nearest neighbour among the others is unchanged) on 204 sentences: the four above and
     tests/models/sentences.txt, ten to a topic, so that many neighbours are close calls."""
     sentences = SENTENCES + (Path(__file__).parent / "sentences.txt").read_text().splitlines()
+    batch = EMBEDDING_SHAPES["input_ids"][0]
     ours, theirs = [], []
     for start in range(0, len(sentences), batch):
         chunk = sentences[start:start + batch]
@@ -102,8 +106,7 @@ def test_dynamic_int8_embeddings_keep_their_meaning(encoder, exported, precision
     group of 64 values: 96.6%; ONNX Runtime's own dynamic int8 keeps 73%, with cosines down
     to 0.93). With `precision="bf16"` too, the attention's products run in bf16: the same
     (measured 0.99911, 97.5%)."""
-    shapes = {"input_ids": (12, 128), "attention_mask": (12, 128)}
-    compiled = tvm_fuse.build(exported, input_shapes=shapes, quantize=QuantConfig(activations="dynamic"),
+    compiled = tvm_fuse.build(exported, input_shapes=EMBEDDING_SHAPES, quantize=QuantConfig(activations="dynamic"),
                               precision=precision)
     kernels = compiled.fusion_report()["kernels"]
     assert all(k["int8"] for k in kernels if k["pattern"].startswith("dense"))
@@ -119,8 +122,7 @@ def test_bf16_embeddings_keep_their_meaning(encoder, exported):
     cosine 0.9995 of ONNX Runtime's fp32 one and the nearest neighbour kept for at least 98%
     of the 204 sentences (measured on Zen 4: lowest cosine 0.99998, every neighbour kept; the
     int8 build: 0.9991, 97.5%)."""
-    shapes = {"input_ids": (12, 128), "attention_mask": (12, 128)}
-    compiled = tvm_fuse.build(exported, input_shapes=shapes, precision="bf16")
+    compiled = tvm_fuse.build(exported, input_shapes=EMBEDDING_SHAPES, precision="bf16")
     kernels = compiled.fusion_report()["kernels"]
     products = [k for k in kernels if k["pattern"].startswith("dense") or k["pattern"] == "attention"]
     assert len(products) == 6 * 5 and all(k["precision"] == "bf16" for k in products)  # 6 layers, Q K V packed
