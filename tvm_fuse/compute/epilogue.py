@@ -1,12 +1,15 @@
 """Post-ops of a fused pattern as tensor expressions: one entry per Relax op a pattern may
-contain after its anchor. Binary ops broadcast as numpy does. erf is TVM's rational
-approximation (`fast_erf`), which vectorizes, where `erf` is a scalar libm call per element."""
+contain after its anchor. Binary ops broadcast as numpy does. exp, erf, tanh and sigmoid are
+TVM's approximations that vectorize (`fast_exp`, `fast_erf`, `fast_tanh`; `fast_math.sigmoid`),
+where the exact ones are a scalar libm call per element."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from tvm import te, topi
+
+from .fast_math import sigmoid
 
 
 def _scalar(value) -> float:
@@ -24,14 +27,14 @@ ELEMENTWISE: dict[str, Callable] = {
     "relax.power": lambda a, attrs: topi.power(*a),
     "relax.negative": lambda a, attrs: topi.negative(*a),
     "relax.abs": lambda a, attrs: topi.abs(*a),
-    "relax.exp": lambda a, attrs: topi.exp(*a),
+    "relax.exp": lambda a, attrs: topi.fast_exp(*a),
     "relax.log": lambda a, attrs: topi.log(*a),
     "relax.erf": lambda a, attrs: topi.fast_erf(*a),
-    "relax.tanh": lambda a, attrs: topi.tanh(*a),
-    "relax.sigmoid": lambda a, attrs: topi.sigmoid(*a),
+    "relax.tanh": lambda a, attrs: topi.fast_tanh(*a),
+    "relax.sigmoid": lambda a, attrs: sigmoid(*a),
     "relax.nn.relu": lambda a, attrs: topi.nn.relu(*a),
     "relax.nn.leakyrelu": lambda a, attrs: topi.nn.leaky_relu(a[0], float(attrs.alpha)),
-    "relax.nn.silu": lambda a, attrs: topi.multiply(a[0], topi.sigmoid(a[0])),
+    "relax.nn.silu": lambda a, attrs: topi.multiply(a[0], sigmoid(a[0])),
     "relax.nn.gelu": lambda a, attrs: _gelu(a[0]),
     "relax.nn.gelu_tanh": lambda a, attrs: _gelu_tanh(a[0]),
     "relax.nn.softplus": lambda a, attrs: _softplus(a[0], float(attrs.beta), float(attrs.threshold)),
@@ -48,11 +51,9 @@ def _gelu(x: te.Tensor) -> te.Tensor:
 def _gelu_tanh(x: te.Tensor) -> te.Tensor:
     """x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) / 2."""
 
-    def value(*i):
-        v = x(*i)
-        return 0.5 * v * (1.0 + te.tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
-
-    return te.compute(x.shape, value, name="gelu_tanh")
+    inner = te.compute(x.shape, lambda *i: 0.7978845608028654 * (x(*i) + 0.044715 * x(*i) * x(*i) * x(*i)))
+    tanh = topi.fast_tanh(inner)
+    return te.compute(x.shape, lambda *i: 0.5 * x(*i) * (1.0 + tanh(*i)), name="gelu_tanh")
 
 
 def _softplus(x: te.Tensor, beta: float, threshold: float) -> te.Tensor:

@@ -1,5 +1,5 @@
-"""exp, erf, tanh and softmax as TVM's vectorizable approximations: the exact ones are a scalar
-libm call per element (ONNX Runtime approximates them too). A power by a constant multiple of
+"""exp, erf, tanh, sigmoid, SiLU and softmax as TVM's vectorizable approximations: the exact
+ones are a scalar libm call per element (ONNX Runtime approximates them too). A power by a constant multiple of
 1/4 (LRN's x^0.75, a norm's x^2 or x^0.5) becomes products and square roots, which vectorize and
 are as exact as `powf`; any other power stays a libm call.
 
@@ -14,6 +14,7 @@ import tvm
 from tvm import relax, te, topi
 from tvm.relax import PyExprMutator, expr_functor
 
+from ..compute.fast_math import sigmoid
 from ..compute.powers import quarter_exponent_value, root_power
 from .rebind import same_type, scalar_value
 
@@ -40,6 +41,8 @@ _FAST = {  # op -> its approximation, called with the op's argument (and attribu
     "relax.exp": lambda call: (topi.fast_exp, call.args[0]),
     "relax.erf": lambda call: (topi.fast_erf, call.args[0]),
     "relax.tanh": lambda call: (topi.fast_tanh, call.args[0]),
+    "relax.sigmoid": lambda call: (sigmoid, call.args[0]),
+    "relax.nn.silu": lambda call: (lambda x: topi.multiply(x, sigmoid(x)), call.args[0]),
     "relax.nn.softmax": lambda call: (topi.nn.fast_softmax, call.args[0], call.attrs.axis),
     "relax.power": _power,
 }
