@@ -40,6 +40,7 @@ from .transform.recompose_layer_norm import RecomposeLayerNorm
 from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
+from .transform.serial_small_kernels import SerialSmallKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.stack_local_buffers import StackLocalBuffers
 from .transform.stacked_reduction_to_binary import StackedReductionToBinary
@@ -123,10 +124,10 @@ TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a
 
 
 def _tir_pipeline():
-    """TVM's TIR lowering, with `StackLocalBuffers` and `NativeBf16Rounding` before the host's
-    LowerTVMBuiltin."""
+    """TVM's TIR lowering, with `StackLocalBuffers`, `NativeBf16Rounding` and
+    `SerialSmallKernels` before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
-    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), NativeBf16Rounding(), finalize_host()]), \
+    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels(), finalize_host()]), \
         finalize_device
 
 
