@@ -127,8 +127,8 @@ def _tir_pipeline():
     """TVM's TIR lowering, with `StackLocalBuffers`, `NativeBf16Rounding` and
     `SerialSmallKernels` before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
-    return lower, lambda: tvm.transform.Sequential([StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels(), finalize_host()]), \
-        finalize_device
+    host = [StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels()]
+    return lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
 
 
 tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

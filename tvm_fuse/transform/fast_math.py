@@ -1,7 +1,7 @@
 """exp, erf, tanh, sigmoid, SiLU and softmax as TVM's vectorizable approximations: the exact
-ones are a scalar libm call per element (ONNX Runtime approximates them too). A power by a constant multiple of
-1/4 (LRN's x^0.75, a norm's x^2 or x^0.5) becomes products and square roots, which vectorize and
-are as exact as `powf`; any other power stays a libm call.
+ones are a scalar libm call per element (ONNX Runtime approximates them too). A power by a
+constant multiple of 1/4 (LRN's x^0.75, a norm's x^2 or x^0.5) becomes products and square
+roots, which vectorize and are as exact as `powf`; any other power stays a libm call.
 
 TVM's own `FastMathTransform` reads `call.op.name` of every call and so crashes on a call of a
 VM builtin (`vm.builtin.tensor_to_shape`, from an Expand to a shape computed at run time),

@@ -6,8 +6,8 @@ dense layer on one hidden state and its gates' elementwise math per step: hundre
 well under a microsecond's work each, where the launches cost more than the work. This pass
 counts the values stored under each parallel loop (the product of the loop extents over each
 store) and makes the loop serial below `SERIAL_BELOW`, unless the loop calls something whose
-work the stores do not show (an AMX tile program, a memset). It runs on the host module just before
-LowerTVMBuiltin (`TIR_PIPELINE`)."""
+work the stores do not show (an AMX tile program, a memset). It runs on the host module just
+before LowerTVMBuiltin (`TIR_PIPELINE`)."""
 
 from __future__ import annotations
 
