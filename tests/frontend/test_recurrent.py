@@ -78,3 +78,11 @@ def test_a_sequence_length_known_only_at_run_time_is_refused_by_name():
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "seq"
     with pytest.raises(tvm_fuse.CompileError, match=r"'rnn' \(op LSTM.*sequence length computed at run time"):
         tvm_fuse.build(model, "native")
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_step_reads_its_gates_in_place(op):
+    """The gates are slices fused into the elementwise kernels that read them: no step splits
+    them into tensors of their own (a kernel and a tuple per step, as an LSTM once did)."""
+    model, _ = _recurrent_model(op, direction="bidirectional")
+    assert "split" not in tvm_fuse.build(model, "native").assembly()

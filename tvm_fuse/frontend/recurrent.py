@@ -1,8 +1,10 @@
 """ONNX LSTM and GRU as Relax: the loop over time unrolled around dense products.
 
 TVM 0.27's importer has no LSTM or GRU. Here the input's product with the gate weights is one
-matmul over the whole sequence, and each step adds the hidden state's product (a dense layer
-on [batch, hidden]) and the gates' elementwise math, which TVM fuses into a kernel per step.
+matmul over the whole sequence (an LSTM's two biases added to it once), and each step adds the
+hidden state's product (a dense layer on [batch, hidden]) and the gates' elementwise math,
+which reads the gates as slices of the product, so that TVM fuses them into the elementwise
+kernels of the step (an LSTM's step: the dense layer, then a kernel for c and one for h).
 The sequence length must be known at build time (`input_shapes`); every direction, initial
 states, biases, LSTM peepholes, `clip`, GRU's `linear_before_reset`, `layout` 0 and 1, and the
 activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal the sequence length.
@@ -39,11 +41,15 @@ def _index(tensor, index: int):
     return relax.op.squeeze(relax.op.strided_slice(tensor, axes=[0], begin=[index], end=[index + 1]), axis=[0])
 
 
-def _split(bb, expr, sections) -> list:
-    """The parts of `expr` split along its last axis, each bound."""
-    parts = bb.emit(relax.op.split(expr, sections, axis=-1))
-    count = sections if isinstance(sections, int) else len(sections) + 1
-    return [bb.emit(relax.TupleGetItem(parts, k)) for k in range(count)]
+def _columns(expr, begin: int, end: int):
+    """Columns `begin` to `end` of `expr` [batch, columns], a slice not bound: TVM fuses it into
+    the elementwise kernel that reads it, where a split is a kernel of its own (and a tuple)."""
+    return relax.op.strided_slice(expr, axes=[1], begin=[begin], end=[end])
+
+
+def _gates(expr, count: int, size: int) -> list:
+    """The `count` gates of `expr` [batch, count * size]."""
+    return [_columns(expr, k * size, (k + 1) * size) for k in range(count)]
 
 
 class _Recurrence:
@@ -74,13 +80,17 @@ class _Recurrence:
     def emit(self, expr):
         return self.bb.emit(expr)
 
-    def input_products(self, d: int):
-        """x @ W[d]^T (+ W's bias) for every step at once: [seq, batch, gates * hidden]."""
+    def input_products(self, d: int, recurrent_bias: bool = False):
+        """x @ W[d]^T (+ W's bias, and R's with `recurrent_bias`) for every step at once:
+        [seq, batch, gates * hidden]."""
         products = relax.op.matmul(self.x, relax.op.permute_dims(_index(self.w, d)))
         if self.bias is not None:
             bias = _index(self.bias, d)
             size = self.gates * self.hidden
-            products = relax.op.add(products, relax.op.strided_slice(bias, axes=[0], begin=[0], end=[size]))
+            bias = relax.op.strided_slice(bias, axes=[0], begin=[0], end=[(1 + recurrent_bias) * size])
+            if recurrent_bias:
+                bias = relax.op.sum(relax.op.reshape(bias, [2, size]), axis=[0])
+            products = relax.op.add(products, bias)
         return self.emit(products)
 
     def recurrent_bias(self, d: int):
@@ -128,16 +138,15 @@ def lstm(bb, inputs, attrs, opset):
     sequences, finals = [], []
     for d in range(len(rnn.reverse)):
         f, g, h_act = act[3 * d: 3 * d + 3]
-        xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
+        xw = rnn.input_products(d, recurrent_bias=True)  # both biases added once, not each step
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
         p = [rnn.emit(relax.op.strided_slice(_index(peepholes, d), axes=[0], begin=[k * rnn.hidden],
                                              end=[(k + 1) * rnn.hidden])) for k in range(3)] if peepholes is not None else None
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
         hs = {}
         for t in rnn.steps(d):
-            gates = relax.op.add(_index(xw, t), relax.op.matmul(h, rt))
-            gates = rnn.emit(relax.op.add(gates, rb) if rb is not None else gates)
-            i, o, forget, cell = _split(bb, gates, 4)
+            gates = rnn.emit(relax.op.add(_index(xw, t), relax.op.matmul(h, rt)))
+            i, o, forget, cell = _gates(gates, 4, rnn.hidden)
             if p is not None:
                 i, forget = relax.op.add(i, relax.op.multiply(p[0], c)), relax.op.add(forget, relax.op.multiply(p[2], c))
             i, forget, cell = f(rnn.clipped(i)), f(rnn.clipped(forget)), g(rnn.clipped(cell))
@@ -171,10 +180,11 @@ def gru(bb, inputs, attrs, opset):
         one = relax.const(np.ones((), str(rnn.x.ty.dtype)))
         hs = {}
         for t in rnn.steps(d):
-            x_zr, x_h = _split(bb, rnn.emit(_index(xw, t)), [2 * hidden])
+            step = rnn.emit(_index(xw, t))
+            x_zr, x_h = _columns(step, 0, 2 * hidden), _columns(step, 2 * hidden, 3 * hidden)
             zr = relax.op.add(x_zr, relax.op.matmul(h, rt_zr))
             zr = rnn.emit(relax.op.add(zr, rb_zr) if rb_zr is not None else zr)
-            z, r = (rnn.emit(f(rnn.clipped(part))) for part in _split(bb, zr, 2))
+            z, r = (rnn.emit(f(rnn.clipped(part))) for part in _gates(zr, 2, hidden))
             if linear_before_reset:
                 recurrent = relax.op.matmul(h, rt_h)
                 recurrent = relax.op.add(recurrent, rb_h) if rb_h is not None else recurrent
