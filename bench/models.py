@@ -17,6 +17,9 @@ and in OpenVINO (NNCF's post-training quantization), all calibrated on the same 
 one run alternates all six runtimes, and the int8 table adds the top-1 agreement of tvm_fuse's
 and ONNX Runtime's int8 models with their fp32 ones.
 
+`--models yolov8_detector mobilenet_v3 unet crnn` times the small models of
+`tvm_fuse/models/zoo.py` (seeded weights, 64x64 images) the same way.
+
 The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
 that sequence length, exported with the test extra's torch) also time tvm_fuse's and ONNX
 Runtime's dynamic int8 quantization and tvm_fuse's build for every sequence length (MiniLM
@@ -62,7 +65,7 @@ from tvm_fuse.flops import model_flops
 from tvm_fuse.frontend.fixups import apply_fixups
 from tvm_fuse.frontend.importer import set_input_shapes
 from tvm_fuse.frontend.load import load_model
-from tvm_fuse.models import named_model
+from tvm_fuse.models import named_model, zoo
 from tvm_fuse.models.real import REAL_MODELS, real_model_feed, real_model_path
 from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from tvm_fuse.peak import measure_peak
@@ -74,6 +77,9 @@ MODELS = [*CNNS, "transformer_encoder", *REAL_MODELS]
 # The real all-MiniLM-L6-v2 at a sequence length; not in the default list: its export needs the
 # test extra's torch and weights.
 MINILM = {f"minilm_s{seq}": seq for seq in (16, 128, 384)}
+# The small architectures of tvm_fuse/models/zoo.py (seeded weights, 64x64 inputs); not in the
+# default list: the tests' stand-ins for what users bring, timed on request.
+ZOO = ("yolov8_detector", "mobilenet_v3", "unet", "crnn")
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
@@ -123,6 +129,8 @@ def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]
     ships (ONNX Runtime and OpenVINO run it so) with its feed in its own range (None: random)."""
     if name in MINILM:
         return minilm_and_feed(MINILM[name], batch)
+    if name in ZOO:
+        return getattr(zoo, name)(batch=batch), None
     if name not in REAL_MODELS:
         return named_model(name, batch=batch), None
     return load_model(real_model_path(name)), real_model_feed(name, batch)
