@@ -193,21 +193,21 @@ def bench_fp32(onnx_model, static, model, feed: dict, args,
     OpenVINO columns (none with --no-openvino), from one run in which the three take turns;
     with `dynamic_int8`, ONNX Runtime's dynamically quantized model takes its turn too."""
     runtimes = {"ours": model, "theirs": onnxruntime_session(onnx_model, args.threads)}
-    shapes = {k: v.shape for k, v in feed.items()}
+    shapes, tuning = {k: v.shape for k, v in feed.items()}, [] if args.untuned else None
     if dynamic_int8:
         runtimes["ours_dynamic_int8"] = tvm_fuse.build(onnx_model, input_shapes=shapes,
                                                        quantize=QuantConfig(activations="dynamic"),
-                                                       tuning_logs=[] if args.untuned else None)
+                                                       tuning_logs=tuning)
         runtimes["ours_any_length"] = any_length_minilm(args.untuned)
         runtimes["theirs_dynamic_int8"] = ort_dynamic_int8(onnx_model, args.threads)
     if args.bf16:
         runtimes["ours_bf16"] = tvm_fuse.build(onnx_model, input_shapes=shapes, precision="bf16",
-                                               tuning_logs=[] if args.untuned else None)
+                                               tuning_logs=tuning)
         if dynamic_int8:  # int8 dense layers, the attention's products in bf16
             runtimes["ours_dynamic_int8_bf16"] = tvm_fuse.build(onnx_model, input_shapes=shapes,
                                                                 quantize=QuantConfig(activations="dynamic"),
                                                                 precision="bf16",
-                                                                tuning_logs=[] if args.untuned else None)
+                                                                tuning_logs=tuning)
     if not args.no_openvino:
         # As shipped, else with the feed's static shapes (as an OpenVINO user would reshape it);
         # a model it cannot convert either way has n/a in its columns.

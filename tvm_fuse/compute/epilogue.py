@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from tvm import te, topi
 
-from .fast_math import sigmoid
+from .fast_math import sigmoid, silu
 
 
 def _scalar(value) -> float:
@@ -34,7 +34,7 @@ ELEMENTWISE: dict[str, Callable] = {
     "relax.sigmoid": lambda a, attrs: sigmoid(*a),
     "relax.nn.relu": lambda a, attrs: topi.nn.relu(*a),
     "relax.nn.leakyrelu": lambda a, attrs: topi.nn.leaky_relu(a[0], float(attrs.alpha)),
-    "relax.nn.silu": lambda a, attrs: topi.multiply(a[0], sigmoid(a[0])),
+    "relax.nn.silu": lambda a, attrs: silu(a[0]),
     "relax.nn.gelu": lambda a, attrs: _gelu(a[0]),
     "relax.nn.gelu_tanh": lambda a, attrs: _gelu_tanh(a[0]),
     "relax.nn.softplus": lambda a, attrs: _softplus(a[0], float(attrs.beta), float(attrs.threshold)),

@@ -11,3 +11,8 @@ def sigmoid(x: te.Tensor) -> te.Tensor:
     """1 / (1 + exp(-x)); exp's approximation saturates at +-88, where sigmoid is 0 or 1."""
     exps = topi.fast_exp(topi.negative(x))
     return te.compute(x.shape, lambda *i: 1.0 / (1.0 + exps(*i)), name="sigmoid")
+
+
+def silu(x: te.Tensor) -> te.Tensor:
+    """x * sigmoid(x)."""
+    return topi.multiply(x, sigmoid(x))

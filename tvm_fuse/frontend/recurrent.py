@@ -85,11 +85,9 @@ class _Recurrence:
         [seq, batch, gates * hidden]."""
         products = relax.op.matmul(self.x, relax.op.permute_dims(_index(self.w, d)))
         if self.bias is not None:
-            bias = _index(self.bias, d)
-            size = self.gates * self.hidden
-            bias = relax.op.strided_slice(bias, axes=[0], begin=[0], end=[(1 + recurrent_bias) * size])
+            bias = relax.op.strided_slice(_index(self.bias, d), axes=[0], begin=[0], end=[self.gates * self.hidden])
             if recurrent_bias:
-                bias = relax.op.sum(relax.op.reshape(bias, [2, size]), axis=[0])
+                bias = relax.op.add(bias, self.recurrent_bias(d))
             products = relax.op.add(products, bias)
         return self.emit(products)
 

@@ -53,16 +53,14 @@ def _as_conv(call) -> relax.Expr | None:
     channels_in, channels_out, kh, kw = kernel.shape
     sh, sw = _ints(attrs.strides)
     mh, mw = -(-kh // sh), -(-kw // sw)
-    # Phases q of the output: enough to cover its last row and column past the padding.
-    rows, columns = (out_height - 1 + top) // sh + 1, (out_width - 1 + left) // sw + 1
-    extra_rows, extra_columns = max(0, rows - height), max(0, columns - width)
+    # Phases q of the output: the input's, and enough to cover its last row and column past the padding.
+    rows, columns = max(height, (out_height - 1 + top) // sh + 1), max(width, (out_width - 1 + left) // sw + 1)
     taps = np.zeros((channels_in, channels_out, mh * sh, mw * sw), kernel.dtype)
     taps[:, :, :kh, :kw] = kernel
     taps = taps.reshape(channels_in, channels_out, mh, sh, mw, sw)[:, :, ::-1, :, ::-1, :]  # [c, o, m, r, n, t]
     phases = taps.transpose(1, 3, 5, 0, 2, 4).reshape(channels_out * sh * sw, channels_in, mh, mw)
     conv = relax.op.nn.conv2d(data, relax.const(np.ascontiguousarray(phases)),
-                              padding=[mh - 1, mw - 1, extra_rows, extra_columns], out_dtype=str(call.ty.dtype))
-    rows, columns = height + extra_rows, width + extra_columns
+                              padding=[mh - 1, mw - 1, rows - height, columns - width], out_dtype=str(call.ty.dtype))
     tiles = relax.op.reshape(conv, [batch, channels_out, sh, sw, rows, columns])
     placed = relax.op.permute_dims(tiles, [0, 1, 4, 2, 5, 3])  # [n, o, q, r, q', r']
     placed = relax.op.reshape(placed, [batch, channels_out, rows * sh, columns * sw])

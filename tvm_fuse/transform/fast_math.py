@@ -14,7 +14,7 @@ import tvm
 from tvm import relax, te, topi
 from tvm.relax import PyExprMutator, expr_functor
 
-from ..compute.fast_math import sigmoid
+from ..compute.fast_math import sigmoid, silu
 from ..compute.powers import quarter_exponent_value, root_power
 from .rebind import same_type, scalar_value
 
@@ -42,7 +42,7 @@ _FAST = {  # op -> its approximation, called with the op's argument (and attribu
     "relax.erf": lambda call: (topi.fast_erf, call.args[0]),
     "relax.tanh": lambda call: (topi.fast_tanh, call.args[0]),
     "relax.sigmoid": lambda call: (sigmoid, call.args[0]),
-    "relax.nn.silu": lambda call: (lambda x: topi.multiply(x, sigmoid(x)), call.args[0]),
+    "relax.nn.silu": lambda call: (silu, call.args[0]),
     "relax.nn.softmax": lambda call: (topi.nn.fast_softmax, call.args[0], call.attrs.axis),
     "relax.power": _power,
 }
