@@ -5,12 +5,15 @@ data-parallel loops fused into one parallel loop, and the innermost loop of an e
 block vectorized when the vector width divides it (u8 and s8 stores too: a quantize).
 A pooling window over a blocked layout (NCHW{c}c, the lanes the innermost axis everywhere)
 reads its input with the padding inlined and takes the window one vector of lanes at a time.
+A copy whose innermost written and read axes differ (a layout transform between NCHW and
+NCHW{c}c) moves square tiles of lanes x lanes values (`_schedule_transpose`).
 (TVM's dlight CPU reduction rule was tried for softmax: 2 ms instead of 4 us on [1, 1000].)"""
 
 from __future__ import annotations
 
 import tvm
 from tvm import s_tir
+from tvm.sym import Analyzer
 
 _PARALLEL_MIN = 64  # fuse leading loops until there is this much parallel work
 # Stored a vector at a time (LLVM cannot vectorize stores of bool).
@@ -49,6 +52,8 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
                 sch.compute_inline(producer)
     _inline_elementwise_chains(sch, root)
     for block in sch.get_child_blocks(root):
+        if _schedule_transpose(sch, block, lanes):
+            continue
         window = _is_window_over_lanes(sch, block)
         loops = sch.get_loops(block)
         iters = sch.get(block).iter_vars
@@ -75,6 +80,78 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
             _, inner = sch.split(innermost, [None, lanes])
             sch.vectorize(inner)
     return sch.mod["main"]
+
+
+def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """Tile a spatial block whose write's innermost index follows one loop (`written`) and
+    whose reads' innermost index another (`read`) into lanes x lanes squares: vector loads or
+    stores along the side whose rows lie far apart, scalar ones within the other side's
+    contiguous square. Vectorizing the loop innermost on one side alone makes every access
+    of the other a scalar one a whole row apart: TVM's order (the source's) took 195 us for a
+    [16, 64, 64] NCHW16c -> NCHW transform, tiles 18 us (Zen 4). False if the block is not
+    such a copy or the extents do not divide."""
+    stmt = sch.get(block)
+    loops = sch.get_loops(block)
+    if (not _spatial_only(sch, block) or len(loops) != len(stmt.iter_vars) or len(stmt.writes) != 1 or not stmt.reads
+            or str(stmt.writes[0].source.dtype) not in _VECTOR_DTYPES):
+        return False
+    variables = [it.var for it in stmt.iter_vars]
+
+    def innermost(region) -> int | None:  # the one loop the region's innermost index follows
+        used = [i for i, v in enumerate(variables) if region.region and _step(region.region[-1].min, v) != 0]
+        return used[0] if len(used) == 1 else None
+
+    written = innermost(stmt.writes[0])
+    read = {innermost(region) for region in stmt.reads}
+    if written is None or len(read) != 1 or None in read or written in read:
+        return False
+    (read,) = read
+    if any(_extent(sch, loops[i]) is None or _extent(sch, loops[i]) % lanes for i in (written, read)):
+        return False
+    # Vectorize the loop whose partner's rows lie further apart where it is itself contiguous.
+    apart_written, apart_read = _stride(stmt.writes[0], variables[read]), _stride(stmt.reads[0], variables[written])
+    if apart_written is None or apart_read is None:
+        return False
+    vector, scalar = (written, read) if apart_written > apart_read else (read, written)
+    outer, inner = {}, {}
+    for i in (vector, scalar):
+        outer[i], inner[i] = sch.split(loops[i], [None, lanes])
+    ordered = [outer.get(i, loop) for i, loop in enumerate(loops)]
+    sch.reorder(*ordered, inner[scalar], inner[vector])
+    lead, extent = [], 1
+    for loop in ordered:
+        lead.append(loop)
+        extent *= _extent(sch, loop) or _PARALLEL_MIN
+        if extent >= _PARALLEL_MIN:
+            break
+    sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+    sch.unroll(inner[scalar])
+    sch.vectorize(inner[vector])
+    return True
+
+
+def _step(index, var):
+    """How much `index` moves when `var` goes from 0 to 1 (None if that depends on other variables)."""
+    at = []
+    for value in (0, 1):
+        analyzer = Analyzer()
+        analyzer.bind(var, tvm.tirx.const(value, var.ty.dtype))
+        at.append(analyzer.simplify(index))
+    step = Analyzer().simplify(at[1] - at[0])
+    return int(step) if isinstance(step, tvm.tirx.IntImm) else None
+
+
+def _stride(region, var) -> int | None:
+    """How far apart in memory two neighbouring values of `var` are in `region`'s buffer (None
+    if that is not a constant)."""
+    stride, total = 1, 0
+    for dim, index in reversed(list(zip(region.source.shape, region.region))):
+        step = _step(index.min, var)
+        if step != 0 and (step is None or stride is None):
+            return None
+        total += step * stride if step else 0
+        stride = stride * int(dim) if stride is not None and isinstance(dim, tvm.tirx.IntImm) else None
+    return abs(total)
 
 
 def _is_window_over_lanes(sch: s_tir.Schedule, block) -> bool:

@@ -28,6 +28,27 @@ def test_conversion_errors_name_the_node_and_op():
         tvm_fuse.build(model, "llvm -mcpu=skylake-avx512")
 
 
+def test_a_shape_computed_from_symbolic_dims_asks_for_input_shapes_and_builds_with_them():
+    """paddle2onnx's OCR models compute a Reshape's shape from Shape(x) with a symbolic batch:
+    the error says which dims to fix and how; fixed, the model builds and runs."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["dims"]),
+        helper.make_node("Gather", ["dims", "zero"], ["batch"], axis=0),
+        helper.make_node("Concat", ["batch", "minus_one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"], name="flatten"),
+    ]
+    constants = [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                 numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CompileError, match=r"node 'flatten'.*symbolic dims \('x': \('n', 2, 3\)\).*input_shapes"):
+        tvm_fuse.build(model, "llvm")
+    x = np.arange(12, dtype=np.float32).reshape(2, 2, 3)
+    (y,) = tvm_fuse.build(model, "llvm", input_shapes={"x": (2, 2, 3)}).run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.reshape(2, 6))
+
+
 def test_initializers_listed_as_inputs_are_weights_not_inputs():
     model = tiny_model()
     model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4]))

@@ -95,3 +95,46 @@ def test_softmax_runs_as_the_fast_approximation_within_fp32_noise():
     expected = np.exp(x - x.max(0, keepdims=True))
     expected /= expected.sum(0, keepdims=True)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+
+
+def _layout_transform(shape, index_map, pad_value=None) -> tvm.tirx.PrimFunc:
+    """The kernel TVM legalizes a Relax `layout_transform` to."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with builder.function("main", [x]):
+        builder.emit_func_output(builder.emit(relax.op.layout_transform(x, index_map, pad_value=pad_value)))
+    legalized = relax.transform.LegalizeOps()(builder.get())
+    return next(f for f in legalized.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
+
+
+_LAYOUT_TRANSFORMS = {  # input shape, index map, pad value, numpy reference
+    "nchw16c_to_nchw": ((1, 2, 32, 48, 16), lambda n, c, h, w, i: (n, c * 16 + i, h, w), None,
+                        lambda x: x.transpose(0, 1, 4, 2, 3).reshape(1, 32, 32, 48)),
+    "nchw_to_nchw16c": ((1, 32, 32, 48), lambda n, c, h, w: (n, c // 16, h, w, c % 16), None,
+                        lambda x: x.reshape(1, 2, 16, 32, 48).transpose(0, 1, 3, 4, 2)),
+    "rgb_to_nchw16c": ((1, 3, 32, 48), lambda n, c, h, w: (n, c // 16, h, w, c % 16), 0.0,
+                       lambda x: np.pad(x, [(0, 0), (0, 13), (0, 0), (0, 0)]).reshape(1, 1, 16, 32, 48).transpose(0, 1, 3, 4, 2)),
+    "odd_width": ((1, 2, 9, 33, 16), lambda n, c, h, w, i: (n, c * 16 + i, h, w), None,
+                  lambda x: x.transpose(0, 1, 4, 2, 3).reshape(1, 32, 9, 33)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LAYOUT_TRANSFORMS))
+def test_a_layout_transform_moves_square_tiles_and_is_exact(case):
+    """Between NCHW and NCHW16c the written and read innermost axes differ: the kernel moves
+    16 x 16 tiles (an unrolled loop of one axis around a vectorized loop of the other), so
+    that neither side is accessed a row apart per value. A width the tile does not divide
+    keeps the plain schedule."""
+    shape, index_map, pad_value, reference = _LAYOUT_TRANSFORMS[case]
+    target = parse_target("llvm")
+    func = generic.schedule(_layout_transform(shape, index_map, pad_value), target, 16)
+    text = func.script()
+    tiled = "T.unroll(" in text and "T.vectorized(" in text
+    assert tiled == (case != "odd_width"), text
+    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
+                         tir_pipeline=TIR_PIPELINE)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    expected = reference(x)
+    out = tvm.runtime.tensor(np.full(expected.shape, np.nan, "float32"))
+    kernel(tvm.runtime.tensor(x), out)
+    np.testing.assert_array_equal(out.numpy(), expected)

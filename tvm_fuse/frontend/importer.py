@@ -193,6 +193,15 @@ class _NamingImporter(ONNXGraphImporter):
         self._current_if = ""
         self._branch_calls: dict[bytes, relax.Call] = {}  # graph_key -> the call that runs it
 
+    def _static_shapes_hint(self, error: Exception) -> str:
+        """What to do when a node needs as a shape a tensor computed from symbolic input dims."""
+        symbolic = {i.name: i.shape for i in graph_inputs(self._model) if any(isinstance(d, str) for d in i.shape)}
+        if not symbolic or "Shape" not in str(error):
+            return ""
+        named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
+        return (f". Its shape is computed at run time from the inputs' symbolic dims ({named}): "
+                f"give them the sizes you will feed with build(..., input_shapes={{name: shape}})")
+
     def _check_for_unsupported_ops(self, graph):
         """Done before import by `support.check_supported`, which knows our converters too."""
 
@@ -296,7 +305,7 @@ class _NamingImporter(ONNXGraphImporter):
             node = attrs.get("tvm_custom", {}).get("name", "?")
             raise CompileError(
                 f"cannot import ONNX node {node!r} (op {op_name}, opset {opset}): "
-                f"{type(error).__name__}: {error}"
+                f"{type(error).__name__}: {error}{self._static_shapes_hint(error)}"
             ) from error
         finally:
             self.bb = builder
