@@ -2,6 +2,8 @@
 for the batch-first layout ONNX Runtime does not run: every direction, with and without
 initial states and biases, peepholes and clip, GRU's linear_before_reset."""
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -14,7 +16,7 @@ SEQ, BATCH, INPUT, HIDDEN = 5, 2, 3, 4
 
 
 def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, peepholes=False,
-                     linear_before_reset=0, clip=None, seed=0):
+                     linear_before_reset=0, clip=None, seed=0, hidden=HIDDEN, batch=BATCH):
     """One `op` node; returns the model and a feed for its inputs."""
     rng = np.random.default_rng(seed)
     directions, gates = 2 if direction == "bidirectional" else 1, {"LSTM": 4, "GRU": 3}[op]
@@ -24,10 +26,10 @@ def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, 
         return name
 
     weights = []
-    inputs = ["x", weight("W", directions, gates * HIDDEN, INPUT), weight("R", directions, gates * HIDDEN, HIDDEN),
-              weight("B", directions, 2 * gates * HIDDEN) if bias else "", ""]
-    x_shape = [SEQ, BATCH, INPUT] if layout == 0 else [BATCH, SEQ, INPUT]
-    state_shape = [directions, BATCH, HIDDEN] if layout == 0 else [BATCH, directions, HIDDEN]
+    inputs = ["x", weight("W", directions, gates * hidden, INPUT), weight("R", directions, gates * hidden, hidden),
+              weight("B", directions, 2 * gates * hidden) if bias else "", ""]
+    x_shape = [SEQ, batch, INPUT] if layout == 0 else [batch, SEQ, INPUT]
+    state_shape = [directions, batch, hidden] if layout == 0 else [batch, directions, hidden]
     fed = {"x": x_shape}
     state_names = ["h0", "c0"] if op == "LSTM" else ["h0"]
     for name in state_names:
@@ -35,11 +37,11 @@ def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, 
         if states:
             fed[name] = state_shape
     if peepholes:
-        inputs.append(weight("P", directions, 3 * HIDDEN))
+        inputs.append(weight("P", directions, 3 * hidden))
     while inputs[-1] == "":
         inputs.pop()
     outputs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
-    attrs = {"hidden_size": HIDDEN, "direction": direction, "layout": layout}
+    attrs = {"hidden_size": hidden, "direction": direction, "layout": layout}
     if op == "GRU":
         attrs["linear_before_reset"] = linear_before_reset
     if clip is not None:
@@ -86,3 +88,14 @@ def test_a_step_reads_its_gates_in_place(op):
     them into tensors of their own (a kernel and a tuple per step, as an LSTM once did)."""
     model, _ = _recurrent_model(op, direction="bidirectional")
     assert "split" not in tvm_fuse.build(model, "native").assembly()
+
+
+@pytest.mark.parametrize("hidden, batch, kernels", [(24, 3, 2), (5, 1, 2), (256, 1, 0)])
+def test_a_small_lstm_runs_each_direction_as_one_kernel(hidden, batch, kernels):
+    """A direction with the default activations whose steps are small runs as one kernel over
+    the whole sequence (gate columns a vector, a half or a quarter of one wide); a large one
+    keeps a dense layer per step, in parallel. Both match ONNX Runtime."""
+    model, feed = _recurrent_model("LSTM", direction="bidirectional", hidden=hidden, batch=batch)
+    compiled = tvm_fuse.build(model, "native")
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed))
+    assert len(re.findall(r"^__tvm_ffi_lstm\d*:", compiled.assembly(), re.MULTILINE)) == kernels

@@ -8,6 +8,9 @@ kernels of the step (an LSTM's step: the dense layer, then a kernel for c and on
 The sequence length must be known at build time (`input_shapes`); every direction, initial
 states, biases, LSTM peepholes, `clip`, GRU's `linear_before_reset`, `layout` 0 and 1, and the
 activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal the sequence length.
+A small LSTM direction with the default activations, no peepholes and no clip is instead one
+kernel over the whole sequence (`compute.recurrent`), its steps a few thousand multiply-adds
+each, which as separate kernels cost more in calls and allocations than in arithmetic.
 """
 
 from __future__ import annotations
@@ -17,11 +20,17 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
+from ..compute.recurrent import lstm_sequence
+from ..transform.lower_matmuls import KERNEL_ATTR
+
 ACTIVATIONS = {
     "sigmoid": relax.op.sigmoid,
     "tanh": relax.op.tanh,
     "relu": relax.op.nn.relu,
 }
+# Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
+# direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
+SEQUENCE_KERNEL_MAX_STEP = 131_072
 
 
 def _text(value) -> str:
@@ -50,6 +59,10 @@ def _columns(expr, begin: int, end: int):
 def _gates(expr, count: int, size: int) -> list:
     """The `count` gates of `expr` [batch, count * size]."""
     return [_columns(expr, k * size, (k + 1) * size) for k in range(count)]
+
+
+def _stacked(tensors, axis: int):
+    return relax.op.concat([relax.op.expand_dims(t, axis) for t in tensors], axis=axis)
 
 
 class _Recurrence:
@@ -111,15 +124,16 @@ class _Recurrence:
         order = range(self.seq)
         return reversed(order) if self.reverse[d] else order
 
-    def outputs(self, sequences: list[list], finals: list[list]):
-        """Y [seq, directions, batch, hidden] and each final state [directions, batch, hidden]
-        (batch first when `layout` is 1), from each direction's per-step hidden states in time
-        order and its final states."""
-        def stacked(tensors, axis):
-            return relax.op.concat([relax.op.expand_dims(t, axis) for t in tensors], axis=axis)
+    def sequence(self, hs: list):
+        """A direction's per-step hidden states in time order as [seq, batch, hidden]."""
+        return self.emit(_stacked(hs, 0))
 
-        y = stacked([self.emit(stacked(hs, 0)) for hs in sequences], 1)
-        states = [stacked(list(state), 0) for state in zip(*finals)]
+    def outputs(self, sequences: list, finals: list[list]):
+        """Y [seq, directions, batch, hidden] and each final state [directions, batch, hidden]
+        (batch first when `layout` is 1), from each direction's hidden states [seq, batch,
+        hidden] and its final states."""
+        y = _stacked(sequences, 1)
+        states = [_stacked(list(state), 0) for state in zip(*finals)]
         if self.batch_first:
             y = relax.op.permute_dims(y, [2, 0, 1, 3])
             states = [relax.op.permute_dims(s, [1, 0, 2]) for s in states]
@@ -138,6 +152,14 @@ def lstm(bb, inputs, attrs, opset):
         f, g, h_act = act[3 * d: 3 * d + 3]
         xw = rnn.input_products(d, recurrent_bias=True)  # both biases added once, not each step
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
+        if _one_kernel(rnn, (f, g, h_act), peepholes):
+            kernel = rnn.emit(bb.call_te(lstm_sequence, xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d),
+                                         rnn.reverse[d], primfunc_name_hint="lstm",
+                                         primfunc_attrs={KERNEL_ATTR: "lstm", "op_pattern": 8}))
+            y, h, c = (rnn.emit(relax.TupleGetItem(kernel, i)) for i in range(3))
+            sequences.append(y)
+            finals.append((h, c))
+            continue
         p = [rnn.emit(relax.op.strided_slice(_index(peepholes, d), axes=[0], begin=[k * rnn.hidden],
                                              end=[(k + 1) * rnn.hidden])) for k in range(3)] if peepholes is not None else None
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
@@ -153,9 +175,20 @@ def lstm(bb, inputs, attrs, opset):
                 o = relax.op.add(o, relax.op.multiply(p[1], c))
             h = rnn.emit(relax.op.multiply(f(rnn.clipped(o)), h_act(c)))
             hs[t] = h
-        sequences.append([hs[t] for t in range(rnn.seq)])
+        sequences.append(rnn.sequence([hs[t] for t in range(rnn.seq)]))
         finals.append((h, c))
     return rnn.outputs(sequences, finals)
+
+
+def _one_kernel(rnn: _Recurrence, activations, peepholes) -> bool:
+    """Whether an LSTM direction runs as `compute.recurrent.lstm_sequence`: ONNX's default
+    activations, no peepholes or clip, fp32, a static batch, and several steps, each small
+    enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
+    default = [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]]
+    batch = rnn.batch
+    return (rnn.seq > 1 and list(activations) == default and peepholes is None and rnn.clip is None
+            and str(rnn.x.ty.dtype) == "float32" and isinstance(batch, tvm.tirx.IntImm)
+            and int(batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
 
 
 def gru(bb, inputs, attrs, opset):
@@ -193,6 +226,6 @@ def gru(bb, inputs, attrs, opset):
             candidate = rnn.emit(g(rnn.clipped(candidate)))
             h = rnn.emit(relax.op.add(relax.op.multiply(relax.op.subtract(one, z), candidate), relax.op.multiply(z, h)))
             hs[t] = h
-        sequences.append([hs[t] for t in range(rnn.seq)])
+        sequences.append(rnn.sequence([hs[t] for t in range(rnn.seq)]))
         finals.append((h,))
     return rnn.outputs(sequences, finals)
