@@ -84,12 +84,13 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
 
 def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     """Tile a spatial block whose write's innermost index follows one loop (`written`) and
-    whose reads' innermost index another (`read`) into lanes x lanes squares: vector loads or
+    whose reads' innermost index another (`read`) into squares of lanes (or half as many
+    along an axis they do not divide, NCHW8c's): vector loads or
     stores along the side whose rows lie far apart, scalar ones within the other side's
     contiguous square. Vectorizing the loop innermost on one side alone makes every access
     of the other a scalar one a whole row apart: TVM's order (the source's) took 195 us for a
     [16, 64, 64] NCHW16c -> NCHW transform, tiles 18 us (Zen 4). False if the block is not
-    such a copy or the extents do not divide."""
+    such a copy or neither factor divides an extent."""
     stmt = sch.get(block)
     loops = sch.get_loops(block)
     if (not _spatial_only(sch, block) or len(loops) != len(stmt.iter_vars) or len(stmt.writes) != 1 or not stmt.reads
@@ -106,7 +107,10 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     if written is None or len(read) != 1 or None in read or written in read:
         return False
     (read,) = read
-    if any(_extent(sch, loops[i]) is None or _extent(sch, loops[i]) % lanes for i in (written, read)):
+    # A vector of lanes, or half of one (NCHW8c's blocks), along each axis of the tile.
+    factors = {i: next((f for f in (lanes, lanes // 2) if _extent(sch, loops[i]) and _extent(sch, loops[i]) % f == 0), None)
+               for i in (written, read)}
+    if None in factors.values():
         return False
     # Vectorize the loop whose partner's rows lie further apart where it is itself contiguous.
     apart_written, apart_read = _stride(stmt.writes[0], variables[read]), _stride(stmt.reads[0], variables[written])
@@ -115,7 +119,7 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     vector, scalar = (written, read) if apart_written > apart_read else (read, written)
     outer, inner = {}, {}
     for i in (vector, scalar):
-        outer[i], inner[i] = sch.split(loops[i], [None, lanes])
+        outer[i], inner[i] = sch.split(loops[i], [None, factors[i]])
     ordered = [outer.get(i, loop) for i, loop in enumerate(loops)]
     sch.reorder(*ordered, inner[scalar], inner[vector])
     lead, extent = [], 1

@@ -114,6 +114,10 @@ _LAYOUT_TRANSFORMS = {  # input shape, index map, pad value, numpy reference
                         lambda x: x.reshape(1, 2, 16, 32, 48).transpose(0, 1, 3, 4, 2)),
     "rgb_to_nchw16c": ((1, 3, 32, 48), lambda n, c, h, w: (n, c // 16, h, w, c % 16), 0.0,
                        lambda x: np.pad(x, [(0, 0), (0, 13), (0, 0), (0, 0)]).reshape(1, 1, 16, 32, 48).transpose(0, 1, 3, 4, 2)),
+    "nchw8c_to_nchw": ((1, 3, 3, 96, 8), lambda n, c, h, w, i: (n, c * 8 + i, h, w), None,
+                       lambda x: x.transpose(0, 1, 4, 2, 3).reshape(1, 24, 3, 96)),
+    "nchw_to_nchw8c": ((1, 24, 3, 96), lambda n, c, h, w: (n, c // 8, h, w, c % 8), None,
+                       lambda x: x.reshape(1, 3, 8, 3, 96).transpose(0, 1, 3, 4, 2)),
     "odd_width": ((1, 2, 9, 33, 16), lambda n, c, h, w, i: (n, c * 16 + i, h, w), None,
                   lambda x: x.transpose(0, 1, 4, 2, 3).reshape(1, 32, 9, 33)),
 }
@@ -121,10 +125,10 @@ _LAYOUT_TRANSFORMS = {  # input shape, index map, pad value, numpy reference
 
 @pytest.mark.parametrize("case", sorted(_LAYOUT_TRANSFORMS))
 def test_a_layout_transform_moves_square_tiles_and_is_exact(case):
-    """Between NCHW and NCHW16c the written and read innermost axes differ: the kernel moves
-    16 x 16 tiles (an unrolled loop of one axis around a vectorized loop of the other), so
-    that neither side is accessed a row apart per value. A width the tile does not divide
-    keeps the plain schedule."""
+    """Between NCHW and NCHW16c (or 8c) the written and read innermost axes differ: the kernel
+    moves 16 x 16 (or 8 x 16) tiles (an unrolled loop of one axis around a vectorized loop of
+    the other), so that neither side is accessed a row apart per value. A width neither 16 nor
+    8 divides keeps the plain schedule."""
     shape, index_map, pad_value, reference = _LAYOUT_TRANSFORMS[case]
     target = parse_target("llvm")
     func = generic.schedule(_layout_transform(shape, index_map, pad_value), target, 16)
