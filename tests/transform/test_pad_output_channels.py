@@ -51,17 +51,18 @@ def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
     np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("channels", [24, 20, 64, 12, 36])
+@pytest.mark.parametrize("channels", [24, 20, 64, 9])
 def test_channel_counts_padding_would_cost_much_are_left_alone(channels):
     mod = _head(channels)
     assert tvm_ffi.structural_equal(PadOutputChannels(16)(mod), mod)
 
 
-@pytest.mark.parametrize("columns, padded_columns", [(6625, 6656), (258, 272)])
+@pytest.mark.parametrize("columns, padded_columns", [(6625, 6656), (258, 272), (37, 48)])
 def test_a_dense_head_runs_padded_and_is_cut_on_its_last_axis(columns, padded_columns):
     """x[40, 120] @ W[120, 6625] + bias -> relu, as PP-OCRv4 rec's character head: 6656 columns
     pack in vector blocks, 6625 did not (the kernel ran one column at a time). Silero VAD's
-    STFT has 258 columns, which only blocks of 2 divide: 5% of padding buys 8x wider vectors."""
+    STFT has 258 columns, which only blocks of 2 divide: 5% of padding buys 8x wider vectors;
+    a CRNN's 37 character classes, 30% for 16x."""
 
     def build(bb, x):
         dense = bb.emit(relax.op.matmul(x, _const(120, columns)))
