@@ -25,7 +25,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from .rebind import is_op, mutate_functions, readers, use_counts
 
 # Pad only when the padding is at most this share of the channels; channels that only blocks
-# of a quarter of the width or less divide (vectors of 4 or 2, or none) may take more.
+# of a quarter of the width or less divide (vectors of 4, 2 or 1) may take more.
 MAX_PADDING = 1 / 32
 MAX_PADDING_NARROW = 1 / 2
 
