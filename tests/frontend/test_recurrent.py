@@ -16,7 +16,7 @@ SEQ, BATCH, INPUT, HIDDEN = 5, 2, 3, 4
 
 
 def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, peepholes=False,
-                     linear_before_reset=0, clip=None, seed=0, hidden=HIDDEN, batch=BATCH):
+                     linear_before_reset=0, clip=None, seed=0, hidden=HIDDEN, batch=BATCH, seq=SEQ):
     """One `op` node; returns the model and a feed for its inputs."""
     rng = np.random.default_rng(seed)
     directions, gates = 2 if direction == "bidirectional" else 1, {"LSTM": 4, "GRU": 3}[op]
@@ -28,7 +28,7 @@ def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, 
     weights = []
     inputs = ["x", weight("W", directions, gates * hidden, INPUT), weight("R", directions, gates * hidden, hidden),
               weight("B", directions, 2 * gates * hidden) if bias else "", ""]
-    x_shape = [SEQ, batch, INPUT] if layout == 0 else [batch, SEQ, INPUT]
+    x_shape = [seq, batch, INPUT] if layout == 0 else [batch, seq, INPUT]
     state_shape = [directions, batch, hidden] if layout == 0 else [batch, directions, hidden]
     fed = {"x": x_shape}
     state_names = ["h0", "c0"] if op == "LSTM" else ["h0"]
@@ -90,12 +90,14 @@ def test_a_step_reads_its_gates_in_place(op):
     assert "split" not in tvm_fuse.build(model, "native").assembly()
 
 
-@pytest.mark.parametrize("hidden, batch, kernels", [(24, 3, 2), (5, 1, 2), (256, 1, 0)])
-def test_a_small_lstm_runs_each_direction_as_one_kernel(hidden, batch, kernels):
+@pytest.mark.parametrize("hidden, batch, seq, kernels", [(24, 3, SEQ, 2), (5, 1, SEQ, 2), (256, 1, SEQ, 0),
+                                                        (8, 1, 40, 0)])
+def test_a_small_lstm_runs_each_direction_as_one_kernel(hidden, batch, seq, kernels):
     """A direction with the default activations whose steps are small runs as one kernel over
-    the whole sequence (gate columns a vector, a half or a quarter of one wide); a large one
-    keeps a dense layer per step, in parallel. Both match ONNX Runtime."""
-    model, feed = _recurrent_model("LSTM", direction="bidirectional", hidden=hidden, batch=batch)
+    the whole sequence (gate columns a vector, a half or a quarter of one wide); a large one,
+    or one of more steps than its build time allows, keeps a dense layer per step. All match
+    ONNX Runtime."""
+    model, feed = _recurrent_model("LSTM", direction="bidirectional", hidden=hidden, batch=batch, seq=seq)
     compiled = tvm_fuse.build(model, "native")
     assert_close(compiled.run(None, feed), ort_outputs(model, feed))
     assert len(re.findall(r"^__tvm_ffi_lstm\d*:", compiled.assembly(), re.MULTILINE)) == kernels

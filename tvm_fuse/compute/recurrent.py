@@ -28,15 +28,14 @@ def lstm_sequence(products: te.Tensor, recurrent: te.Tensor, h0: te.Tensor, c0: 
         k = te.reduce_axis((0, hidden), name="k")
         sums = te.compute((batch, width), lambda b, j: te.sum(h[b, k] * recurrent[k, j], axis=k),
                           name=f"recurrent{step}", attrs={SCHEDULE_RULE: LSTM_RULE})
-
-        def gate(g: int) -> te.Tensor:  # called at once: t and sums are this step's
-            return te.compute((batch, hidden), lambda b, j: products[t, b, g * hidden + j] + sums[b, g * hidden + j],
-                              name=f"gate{g}")
-
-        i, o, f, cell = sigmoid(gate(0)), sigmoid(gate(1)), sigmoid(gate(2)), topi.fast_tanh(gate(3))
-        c = te.compute((batch, hidden), lambda b, j: f[b, j] * c[b, j] + i[b, j] * cell[b, j], name=f"c{step}")
+        gates = te.compute((batch, width), lambda b, j: products[t, b, j] + sums[b, j], name="gates")
+        # Both activations over all four gates: fewer stages for the schedule to inline (its
+        # time grows with their count times the kernel's size), for arithmetic the product's.
+        sigmoids, tanhs = sigmoid(gates), topi.fast_tanh(gates)
+        i, o, f, cell = (lambda b, j, g=g: (sigmoids if g < 3 else tanhs)[b, g * hidden + j] for g in range(4))
+        c = te.compute((batch, hidden), lambda b, j: f(b, j) * c[b, j] + i(b, j) * cell(b, j), name=f"c{step}")
         c_activated = topi.fast_tanh(c)
-        h = te.compute((batch, hidden), lambda b, j: o[b, j] * c_activated[b, j], name=f"h{step}")
+        h = te.compute((batch, hidden), lambda b, j: o(b, j) * c_activated[b, j], name=f"h{step}")
         hs[t] = h
 
     def y(t, b, j):  # a select per step: the schedule unrolls t, which leaves one

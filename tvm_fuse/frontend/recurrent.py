@@ -31,6 +31,10 @@ ACTIVATIONS = {
 # Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
 # direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
 SEQUENCE_KERNEL_MAX_STEP = 131_072
+# Steps up to which it does: the kernel is unrolled over time, and its build time grows with
+# the square of its steps (per direction, scheduling and LLVM: 25 steps 0.8 + 1.4 s, 64
+# steps 8 + 9 s; Zen 4).
+SEQUENCE_KERNEL_MAX_STEPS = 32
 
 
 def _text(value) -> str:
@@ -182,11 +186,12 @@ def lstm(bb, inputs, attrs, opset):
 
 def _one_kernel(rnn: _Recurrence, activations, peepholes) -> bool:
     """Whether an LSTM direction runs as `compute.recurrent.lstm_sequence`: ONNX's default
-    activations, no peepholes or clip, fp32, a static batch, and several steps, each small
-    enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
+    activations, no peepholes or clip, fp32, a static batch, and several steps, but not too
+    many, each small enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense
+    kernel reads R packed.)"""
     default = [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]]
     batch = rnn.batch
-    return (rnn.seq > 1 and list(activations) == default and peepholes is None and rnn.clip is None
+    return (1 < rnn.seq <= SEQUENCE_KERNEL_MAX_STEPS and list(activations) == default and peepholes is None and rnn.clip is None
             and str(rnn.x.ty.dtype) == "float32" and isinstance(batch, tvm.tirx.IntImm)
             and int(batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
 
