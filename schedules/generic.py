@@ -61,14 +61,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
         spatial = [loop for loop, it in zip(loops, iters) if it.iter_type == 0]  # data parallel
         if len(spatial) != len(loops[: len(spatial)]) or not spatial:
             continue
-        lead, extent = [], 1
-        for loop in spatial[:-1]:
-            lead.append(loop)
-            extent *= _extent(sch, loop) or _PARALLEL_MIN
-            if extent >= _PARALLEL_MIN:
-                break
-        if lead:
-            sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+        _parallelize_leading(sch, spatial[:-1])
         if window:
             lane = spatial[-1]
             sch.reorder(*loops[len(spatial):], lane)
@@ -81,6 +74,19 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
             _, inner = sch.split(innermost, [None, lanes])
             sch.vectorize(inner)
     return sch.mod["main"]
+
+
+def _parallelize_leading(sch: s_tir.Schedule, loops) -> None:
+    """Fuse `loops` from the first until they hold `_PARALLEL_MIN` iterations (a symbolic
+    extent counts as that many), into one parallel loop."""
+    lead, extent = [], 1
+    for loop in loops:
+        lead.append(loop)
+        extent *= _extent(sch, loop) or _PARALLEL_MIN
+        if extent >= _PARALLEL_MIN:
+            break
+    if lead:
+        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
 
 
 def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
@@ -109,8 +115,9 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
         return False
     (read,) = read
     # A vector of lanes, or half of one (NCHW8c's blocks), along each axis of the tile.
-    factors = {i: next((f for f in (lanes, lanes // 2) if _extent(sch, loops[i]) and _extent(sch, loops[i]) % f == 0), None)
-               for i in (written, read)}
+    extents = {i: _extent(sch, loops[i]) for i in (written, read)}
+    factors = {i: next((f for f in (lanes, lanes // 2) if extent and extent % f == 0), None)
+               for i, extent in extents.items()}
     if None in factors.values():
         return False
     # Vectorize the loop whose partner's rows lie further apart where it is itself contiguous.
@@ -123,13 +130,7 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
         outer[i], inner[i] = sch.split(loops[i], [None, factors[i]])
     ordered = [outer.get(i, loop) for i, loop in enumerate(loops)]
     sch.reorder(*ordered, inner[scalar], inner[vector])
-    lead, extent = [], 1
-    for loop in ordered:
-        lead.append(loop)
-        extent *= _extent(sch, loop) or _PARALLEL_MIN
-        if extent >= _PARALLEL_MIN:
-            break
-    sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+    _parallelize_leading(sch, ordered)
     sch.unroll(inner[scalar])
     sch.vectorize(inner[vector])
     return True

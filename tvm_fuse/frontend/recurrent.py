@@ -190,10 +190,10 @@ def _one_kernel(rnn: _Recurrence, activations, peepholes) -> bool:
     many, each small enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense
     kernel reads R packed.)"""
     default = [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]]
-    batch = rnn.batch
-    return (1 < rnn.seq <= SEQUENCE_KERNEL_MAX_STEPS and list(activations) == default and peepholes is None and rnn.clip is None
-            and str(rnn.x.ty.dtype) == "float32" and isinstance(batch, tvm.tirx.IntImm)
-            and int(batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
+    return (1 < rnn.seq <= SEQUENCE_KERNEL_MAX_STEPS and list(activations) == default
+            and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
+            and isinstance(rnn.batch, tvm.tirx.IntImm)
+            and int(rnn.batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
 
 
 def gru(bb, inputs, attrs, opset):
