@@ -21,20 +21,22 @@ WIDTH = HEADS * DEPTH
 
 
 def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div", masked=True,
-                     scaled_operands=False, softmax_axis=-1):
+                     scaled_operands=False, softmax_axis=-1, heads=HEADS, depth=DEPTH, biased=True):
     """`keys_split`: K as columns by one Transpose [0, 2, 3, 1], or ("twice") by the heads'
     Transpose then a swap of the last two axes, as some exporters write it. `scaled_operands`:
     Q and K^T each scaled by D^-1/4 before the product, as torch exports
-    scaled_dot_product_attention. `softmax_axis`: another axis than the keys' is not attention."""
+    scaled_dot_product_attention. `softmax_axis`: another axis than the keys' is not attention.
+    `biased`: False, the projections' biases are zeros (an untrained model's), which the build drops."""
+    width = heads * depth
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32), f"w_{n}")
+    weights = [numpy_helper.from_array((rng.standard_normal((width, width)) * 0.3).astype(np.float32), f"w_{n}")
                for n in "qkv"]
-    biases = [numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), f"b_{n}") for n in "qkv"]
-    constants = [numpy_helper.from_array(np.array([0, 0, HEADS, DEPTH], np.int64), "heads_shape"),
-                 numpy_helper.from_array(np.array([0, 0, WIDTH], np.int64), "merged_shape"),
-                 numpy_helper.from_array(np.array(np.sqrt(DEPTH), np.float32), "root_depth"),
-                 numpy_helper.from_array(np.array(1 / np.sqrt(DEPTH), np.float32), "inverse_root_depth"),
-                 numpy_helper.from_array(np.array(DEPTH ** -0.25, np.float32), "root_root_depth")]
+    biases = [numpy_helper.from_array(rng.standard_normal(width).astype(np.float32) * biased, f"b_{n}") for n in "qkv"]
+    constants = [numpy_helper.from_array(np.array([0, 0, heads, depth], np.int64), "heads_shape"),
+                 numpy_helper.from_array(np.array([0, 0, width], np.int64), "merged_shape"),
+                 numpy_helper.from_array(np.array(np.sqrt(depth), np.float32), "root_depth"),
+                 numpy_helper.from_array(np.array(1 / np.sqrt(depth), np.float32), "inverse_root_depth"),
+                 numpy_helper.from_array(np.array(depth ** -0.25, np.float32), "root_root_depth")]
     nodes = []
     for n in "qkv":
         nodes += [helper.make_node("MatMul", ["x", f"w_{n}"], [f"{n}_product"], name=f"{n}_matmul"),
@@ -65,20 +67,20 @@ def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div"
               helper.make_node("MatMul", ["probabilities", "v4"], ["context4"], name="context"),
               helper.make_node("Transpose", ["context4"], ["context_heads"], name="merge_transpose", perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["context_heads", "merged_shape"], ["y"], name="merge_reshape")]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, tokens, WIDTH])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, tokens, width])]
     if masked:
         inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [batch, 1, 1, tokens]))
     graph = helper.make_graph(nodes, "attention", inputs,
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, tokens, WIDTH])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, tokens, width])],
                               weights + biases + constants)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
 
 
-def _feed(batch, tokens, masked=True, seed=1):
+def _feed(batch, tokens, masked=True, seed=1, width=WIDTH):
     rng = np.random.default_rng(seed)
-    feed = {"x": rng.standard_normal((batch, tokens, WIDTH)).astype(np.float32)}
+    feed = {"x": rng.standard_normal((batch, tokens, width)).astype(np.float32)}
     if masked:
         mask = np.zeros((batch, 1, 1, tokens), np.float32)
         mask[-1, ..., tokens // 2 + 1:] = np.finfo(np.float32).min  # the last sentence padded
@@ -199,16 +201,47 @@ def test_the_projections_write_q_k_and_v_by_head(keys_from):
     model = _attention_model("batch", "tokens")
     feeds = [_feed(batch, tokens, seed=tokens) for batch, tokens in ((1, 1), (2, 24))]
     if keys_from == "memory":
-        for node in model.graph.node:
-            if node.name in ("k_matmul", "v_matmul"):
-                node.input[0] = "memory"
-        model.graph.input.append(helper.make_tensor_value_info("memory", TensorProto.FLOAT, ["batch", "tokens", WIDTH]))
-        for feed in feeds:
-            feed["memory"] = np.random.default_rng(7).standard_normal(feed["x"].shape).astype(np.float32)
+        _keys_from_memory(model, feeds)
     assert _operand_ranks(model) == [4, 4, 4]
     compiled = tvm_fuse.build(model, "native")
     for feed in feeds:
         assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+def _keys_from_memory(model, feeds) -> None:
+    """K and V projected from another input, "memory", as a cross-attention reads them."""
+    width = feeds[0]["x"].shape[-1]
+    for node in model.graph.node:
+        if node.name in ("k_matmul", "v_matmul"):
+            node.input[0] = "memory"
+    model.graph.input.append(helper.make_tensor_value_info("memory", TensorProto.FLOAT, ["batch", "tokens", width]))
+    for feed in feeds:
+        feed["memory"] = np.random.default_rng(7).standard_normal(feed["x"].shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("depth", [12, 36])
+def test_projections_without_a_bias_write_by_head_at_any_depth(depth):
+    """Projections without a bias (the product is its kernel's last stage) into heads of 12 or
+    36 channels (MobileViT's), not whole vectors: written by head, and equal to ONNX Runtime.
+    Each register tile used to be written back over every head its columns touch, columns it
+    had not computed too: garbage or NaN."""
+    model = _attention_model(2, 16, masked=False, heads=4, depth=depth, biased=False)
+    assert _operand_ranks(model) == [4, 4, 4]
+    compiled = tvm_fuse.build(model, "native")
+    feed = _feed(2, 16, masked=False, width=4 * depth)
+    assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+def test_projections_padded_past_whole_heads_keep_their_layout():
+    """Five heads of 12 (SegFormer's): Q's 60 columns and K's and V's packed 120 are computed
+    padded to whole vectors (64, 128), which are not whole heads, so their kernels write
+    `[B, S, N]` and the attention kernel reads them there (the layout change failed the build)."""
+    model = _attention_model("batch", "tokens", heads=5, depth=12)
+    feeds = [_feed(2, 16, width=60)]
+    _keys_from_memory(model, feeds)
+    assert _operand_ranks(model) == [3, 3, 3]
+    compiled = tvm_fuse.build(model, "native")
+    assert_close(compiled.run(None, feeds[0]), ort_outputs(model, feeds[0]), rtol=1e-4)
 
 
 def test_a_projection_read_elsewhere_keeps_its_layout():

@@ -74,7 +74,7 @@ class _AttentionFuser(relax.PyExprMutator):
         depth = int(operands[0].ty.shape[2]) // heads
         sources = [self._columns(x) for x in operands]
         taken = set(steps) | set(operands)
-        if all(first % depth == 0 and _single_output_kernel(self.values.get(x))
+        if all(first % depth == 0 and _single_output_kernel(self.values.get(x)) and _whole_heads(x, depth)
                and all(r is not None and r.var in taken for r in reading[x]) for x, first in sources):
             self.heads_first.update((x, depth) for x, _ in sources)
 
@@ -233,11 +233,22 @@ def _single_output_kernel(value) -> bool:
         and str(value.ty.dtype) == "float32"
 
 
+def _whole_heads(x: relax.Var, depth: int) -> bool:
+    """Whether `x`'s columns are whole heads of `depth` (a packed output may hold other columns)."""
+    width = static_value(x.ty.shape[2])
+    return width is not None and width % depth == 0
+
+
 def _heads_first_kernel(kernel: tvm.tirx.PrimFunc, depth: int) -> tvm.tirx.PrimFunc:
     """`kernel`, whose last stage writes its output `[B, S, N]`, writing it `[B, N / depth, S,
-    depth]`: only the store's address changes."""
+    depth]`: only the store's address changes. A product without an epilogue gets a copy as
+    one: its register tile, cached over the transformed layout, would be written back over the
+    whole heads its columns touch, uncomputed columns too."""
     sch = s_tir.Schedule(kernel)
     last = sch.get_child_blocks(sch.get_sblock("root"))[-1]
+    if any(v.iter_type == tvm.tirx.IterVar.CommReduce for v in sch.get(last).iter_vars):
+        sch.cache_write(last, 0, "global")
+        last = sch.get_child_blocks(sch.get_sblock("root"))[-1]
     sch.transform_layout(last, ("write", 0), lambda b, s, n: (b, n // depth, s, n % depth))
     return sch.mod["main"]
 
