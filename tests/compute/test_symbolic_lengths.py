@@ -1,6 +1,7 @@
 """Kernels of symbolic length (a sequence length left dynamic): the products compute their
 rows (and columns) padded to whole tiles and store only the real ones; softmax rows of any
-width. One compiled kernel, run at several lengths, equals numpy at each."""
+width. One compiled kernel, run at several lengths, equals numpy at each. So do products of
+a static row count that no tile of 4 or more rows divides (ViT's 197 tokens)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ def test_a_dense_layer_of_symbolic_rows_tiles_them_as_static_ones():
         data = rng.standard_normal((2, length, 64)).astype(np.float32)
         ours = _run(kernel, [data, pack_dense_weight(weight, 16)], (2, length, 48))
         np.testing.assert_allclose(ours, data @ weight + 1.0, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows, row_tile", [(197, 8), (49, 8), (47, 1), (198, 6)])
+def test_static_rows_no_tile_divides_are_padded_too(rows, row_tile):
+    """197 and 49 rows (ViT-B/16's and wav2vec2's tokens) are computed as 200 and 56 in tiles of
+    8; 47 rows (padding would add more than 7/48) and 198 (tiles of 6) as they are."""
+    x = te.placeholder((1, rows, 64), "float32", name="x")
+    w = te.placeholder((3, 64, 16), "float32", name="w")
+    product = dense_packed(x, w)
+    out = te.compute(product.shape, lambda *i: product(*i) + 1.0, name="bias")
+    func = te.create_prim_func([x, w, out])
+    sch = s_tir.Schedule(func)
+    block, rule = anchor_block(sch)
+    assert RULES[rule].default(sch, block, 16).row_tile == row_tile
+    kernel = _compiled(func)
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 48)).astype(np.float32)
+    data = rng.standard_normal((1, rows, 64)).astype(np.float32)
+    ours = _run(kernel, [data, pack_dense_weight(weight, 16)], (1, rows, 48))
+    np.testing.assert_allclose(ours, data @ weight + 1.0, rtol=1e-5, atol=1e-4)
 
 
 def test_attention_products_of_symbolic_length():

@@ -1,5 +1,6 @@
-"""Conv1dAsDense: a 1-D conv with an output row shorter than a vector and enough work runs as a
-dense layer over its input windows, with ONNX Runtime's results; others stay convs."""
+"""Conv1dAsDense: a 1-D conv with an output row shorter than a vector and enough work, or a
+strided one over enough channels, runs as a dense layer over its input windows, with ONNX
+Runtime's results; others stay convs."""
 
 import numpy as np
 import pytest
@@ -32,6 +33,8 @@ def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilati
     ((16, 128, 12, 128, 3, 2, (2, 2), 2), True),  # strided and dilated: 6 outputs per row
     ((1, 1, 640, 258, 256, 128), False),  # one chunk: too little work to pay for two more kernels
     ((1, 16, 64, 32, 3, 1, (1, 1)), False),  # a row of 64 outputs vectorizes as it is
+    ((1, 64, 199, 64, 3, 2), True),  # wav2vec2's feature convs: stride 2, 64 x 3 taps per output
+    ((1, 1, 400, 64, 10, 5), False),  # its first: 10 taps per output, too short a product
 ])
 def test_short_rows_run_as_a_dense_layer_with_onnx_runtimes_results(shape, as_dense):
     model = _conv1d(*shape)

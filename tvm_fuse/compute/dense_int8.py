@@ -20,7 +20,7 @@ import numpy as np
 from tvm import te, tirx
 
 from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, fits_amx
-from .matmul import clamped, cropped, dense_product, packing_block, padded
+from .matmul import cropped, dense_product, packing_block, padded_rows, row_source
 from .requantize import ROUNDING_SHIFT, U8_MAX
 from .rowwise import ROWWISE_RULE
 
@@ -147,10 +147,10 @@ def dense_int8_groups(codes: te.Tensor, params: te.Tensor, packed: te.Tensor, co
     steps = quads // int(groups)
     kq = te.reduce_axis((0, steps), name="kq")
     q = te.reduce_axis((0, QUAD), name="q")
-    row_count = rows if amx else padded(rows)  # a tile program matches the plain indices
+    row_count = rows if amx else padded_rows(rows)  # a tile program matches the plain indices
 
     def source(row):  # the row read for computed row `row`
-        return row if amx else clamped(row, rows)
+        return row if amx else row_source(row, rows)
 
     def code(lead_index, row, group, k):
         if amx:
