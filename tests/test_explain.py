@@ -60,10 +60,10 @@ def test_a_disabled_family_is_named_as_the_reason():
 
 
 def _plain_convs_model():
-    """A blocked conv, a grouped conv (2 groups) and a depthwise conv of 20 channels, which
-    neither an AVX-512 (16) nor an AVX2 (8) block divides."""
+    """A blocked conv, a grouped conv (8 groups of 4 channels, not whole blocks) and a
+    depthwise conv of 20 channels, which neither an AVX-512 (16) nor an AVX2 (8) block divides."""
     rng = np.random.default_rng(0)
-    layers = [("conv", 16, 32, 1), ("grouped", 32, 32, 2), ("narrow", 32, 20, 1), ("depthwise", 20, 20, 20)]
+    layers = [("conv", 16, 32, 1), ("grouped", 32, 32, 8), ("narrow", 32, 20, 1), ("depthwise", 20, 20, 20)]
     nodes, weights, x = [], [], "x"
     for name, c_in, c_out, groups in layers:
         weights.append(numpy_helper.from_array(
@@ -86,7 +86,9 @@ def test_each_conv_kernel_reports_its_layout_and_why_one_stayed_nchw(target, blo
     kernels = {k["onnx_nodes"][0]: k for k in compiled.fusion_report()["kernels"]}
     assert kernels["conv"]["layout"] == f"NCHW{block}c" and "plain_reason" not in kernels["conv"]
     assert (kernels["narrow"]["layout"], kernels["narrow"].get("plain_reason")) == narrow
-    assert "2 groups" in kernels["grouped"]["plain_reason"] and kernels["grouped"]["layout"] == "NCHW"
+    assert kernels["grouped"]["plain_reason"] == (f"a grouped conv (8 groups of 4 input and 4 output channels), "
+                                                  f"whose groups are not whole blocks of {block}")
+    assert kernels["grouped"]["layout"] == "NCHW"
     assert kernels["depthwise"]["plain_reason"] == f"a depthwise conv of 20 channels, which {block} does not divide"
     assert "depthwise (depthwise_conv2d): a depthwise conv of 20" in compiled._report.summary()
 

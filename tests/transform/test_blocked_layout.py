@@ -162,6 +162,20 @@ def test_ops_that_tvm_mishandles_in_blocks_take_their_input_in_nchw(build):
     assert compiled.fusion_report()["layout_transforms"] >= 2  # the convs still ran blocked
 
 
+@pytest.mark.avx512
+@pytest.mark.parametrize("groups", [2, 4])
+def test_a_grouped_conv_of_whole_blocks_runs_blocked(groups):
+    """ResNeXt's and RegNet's grouped convs: groups of 32 or 16 channels, whole blocks, each
+    reading only its own input blocks (RegNet's ran 2.5x as fast as in NCHW on Zen 4)."""
+    g = _Graph()
+    model = g.model(g.op("Relu", [g.conv(g.op("Relu", [g.conv("x", 16, 64)]), 64, 64, group=groups)]))
+    compiled = tvm_fuse.build(model, AVX512_TARGET)
+    (grouped,) = [k for k in compiled.fusion_report()["kernels"] if k["pattern"].startswith("group_conv2d")]
+    assert grouped["layout"] == "NCHW16c" and "plain_reason" not in grouped
+    x = _RNG.standard_normal((1, 16, 16, 16)).astype(np.float32)
+    assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}))
+
+
 def test_a_layout_rule_that_fails_leaves_the_model_in_nchw_with_a_warning(monkeypatch):
     def fail(mod):
         raise tvm.error.InternalError("Invalid layout axis 16b")

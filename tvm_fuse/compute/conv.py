@@ -32,6 +32,13 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
     return padded, out_size, taps, at
 
 
+def is_depthwise(groups, weight_shape) -> bool:
+    """Whether a conv of `groups` with a weight of `weight_shape` (OI[spatial], or blocked
+    OIHW{i}i{o}o) is depthwise: one input channel per group."""
+    inputs = int(weight_shape[1]) * (int(weight_shape[4]) if len(weight_shape) == 6 else 1)
+    return int(groups) > 1 and inputs == 1
+
+
 def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int) -> te.Tensor:
     """`out[n, o, *y] = sum_{i, *k} pad(data)[n, g*I + i, *(y*stride + k*dilation)] * weight[o, i, *k]`.
 

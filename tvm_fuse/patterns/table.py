@@ -73,7 +73,7 @@ def _conv_kind(call: relax.Call) -> str | None:
         return name
     if _same(channels, attrs.groups) and int(weight.ty.shape[1]) == 1:
         return f"depthwise_{name}"
-    return f"group_{name}" if not blocked else None
+    return f"group_{name}"
 
 
 def _fc_kind(call: relax.Call) -> str | None:

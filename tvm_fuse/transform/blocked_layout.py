@@ -67,7 +67,9 @@ def _layouts(block: int):
             inputs = channels if channels < block else _widest_block(channels, block)
             out_block = _widest_block(outputs, block)
             return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{out_block}o", f"NCHW{out_block}c"]}
-        return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}  # depthwise
+        if groups == channels:
+            return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}  # depthwise
+        return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW{block}i{block}o"]}  # each group whole blocks
 
     return choose
 
@@ -86,7 +88,10 @@ def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: in
         if outputs % block:
             return f"a depthwise conv of {outputs} channels, which {block} does not divide"
         return None
-    return f"a grouped conv ({groups} groups) that is not depthwise: the blocked kernels are dense or depthwise"
+    if (channels // groups) % block or (outputs // groups) % block:
+        return (f"a grouped conv ({groups} groups of {channels // groups} input and {outputs // groups} output "
+                f"channels), whose groups are not whole blocks of {block}")
+    return None
 
 
 def _widest_block(channels: int, block: int) -> int | None:

@@ -22,7 +22,7 @@ from tvm.ir.expr import GenericConst
 
 from .. import provenance
 from ..compute import epilogue
-from ..compute.conv import convolution
+from ..compute.conv import convolution, is_depthwise
 from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
 from ..compute.winograd_nchwc import (
@@ -59,9 +59,9 @@ def anchor_compute(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearran
         return convolution(data, weight, *geometry, int(attrs.groups))
     if rearranged:
         return conv2d_winograd_nchwc(data, weight, geometry[1], rearranged.winograd_tile)
-    if int(attrs.groups) == 1:  # NCHW{c}c, see transform.blocked_layout
-        return conv2d_nchwc(data, weight, *geometry)
-    return depthwise_conv2d_nchwc(data, weight, *geometry)
+    if is_depthwise(attrs.groups, weight.shape):
+        return depthwise_conv2d_nchwc(data, weight, *geometry)
+    return conv2d_nchwc(data, weight, *geometry, int(attrs.groups))  # NCHW{c}c, see transform.blocked_layout
 
 
 def composite_compute(body: relax.SeqExpr, params: list[relax.Var], anchor, inputs=None):

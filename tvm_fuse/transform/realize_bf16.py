@@ -39,6 +39,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
+from ..compute.conv import is_depthwise
 from ..compute import fits_amx, fits_amx_conv
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
@@ -139,7 +140,7 @@ def blocked_depthwise(func: relax.Function) -> bool:
     """Whether composite `func`'s anchor is a depthwise conv in a blocked layout: an fp32 kernel
     that may read and write bf16 (widened as its padding reads it, rounded as it writes)."""
     anchor = func.body.blocks[0].bindings[0].value
-    return anchor.op.name == "relax.nn.conv2d" and int(anchor.attrs.groups) != 1 \
+    return anchor.op.name == "relax.nn.conv2d" and is_depthwise(anchor.attrs.groups, anchor.args[1].ty.shape) \
         and str(anchor.attrs.data_layout) not in ("NCW", "NCHW")
 
 

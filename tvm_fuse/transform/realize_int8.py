@@ -33,6 +33,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute import fits_amx, fits_amx_conv, requantize
+from ..compute.conv import is_depthwise
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import (
     dense_int8,
@@ -326,12 +327,12 @@ def _blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
 
 
 def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
-    """Whether `value` calls a composite whose anchor is a grouped (depthwise) conv."""
+    """Whether `value` calls a composite whose anchor is a depthwise conv."""
     func = composite_of(mod, value)
     if func is None:
         return False
     anchor = func.body.blocks[0].bindings[0].value
-    return _op_name(anchor) == "relax.nn.conv2d" and int(anchor.attrs.groups) > 1
+    return _op_name(anchor) == "relax.nn.conv2d" and is_depthwise(anchor.attrs.groups, anchor.args[1].ty.shape)
 
 
 def _u8_plan(mod: tvm.IRModule, values: dict[relax.Var, relax.Expr], convs: dict[relax.Var, QuantizableConv],
