@@ -1,6 +1,6 @@
 """Conv1dAsDense: a 1-D conv with an output row shorter than a vector and enough work, or a
-strided one over enough channels, runs as a dense layer over its input windows, with ONNX
-Runtime's results; others stay convs."""
+strided or grouped one over enough channels, runs as a dense layer over its input windows (one
+per group), with ONNX Runtime's results; others stay convs."""
 
 import numpy as np
 import pytest
@@ -10,15 +10,15 @@ import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 
 
-def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilation=1):
+def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilation=1, groups=1):
     """x[batch, channels, width] -> Conv1d with a bias -> Relu."""
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array((rng.standard_normal((outputs, channels, taps))
-                                        / np.sqrt(channels * taps)).astype(np.float32), "w"),
+    weights = [numpy_helper.from_array((rng.standard_normal((outputs, channels // groups, taps))
+                                        / np.sqrt(channels // groups * taps)).astype(np.float32), "w"),
                numpy_helper.from_array(rng.standard_normal(outputs).astype(np.float32), "b")]
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[taps], strides=[stride],
-                          pads=list(pads), dilations=[dilation]),
+                          pads=list(pads), dilations=[dilation], group=groups),
          helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, outputs, None])], weights)
@@ -27,19 +27,21 @@ def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilati
     return model
 
 
-@pytest.mark.parametrize("shape, as_dense", [
-    ((8, 1, 640, 258, 256, 128), True),  # Silero's STFT on 8 chunks: 4 outputs per row
-    ((8, 129, 4, 128, 3, 1, (1, 1)), True),  # its first encoder conv, padded
-    ((16, 128, 12, 128, 3, 2, (2, 2), 2), True),  # strided and dilated: 6 outputs per row
-    ((1, 1, 640, 258, 256, 128), False),  # one chunk: too little work to pay for two more kernels
-    ((1, 16, 64, 32, 3, 1, (1, 1)), False),  # a row of 64 outputs vectorizes as it is
-    ((1, 64, 199, 64, 3, 2), True),  # wav2vec2's feature convs: stride 2, 64 x 3 taps per output
-    ((1, 1, 400, 64, 10, 5), False),  # its first: 10 taps per output, too short a product
+@pytest.mark.parametrize("shape, pattern", [
+    ((8, 1, 640, 258, 256, 128), "dense"),  # Silero's STFT on 8 chunks: 4 outputs per row
+    ((8, 129, 4, 128, 3, 1, (1, 1)), "dense"),  # its first encoder conv, padded
+    ((16, 128, 12, 128, 3, 2, (2, 2), 2), "dense"),  # strided and dilated: 6 outputs per row
+    ((1, 1, 640, 258, 256, 128), "conv1d"),  # one chunk: too little work to pay for two more kernels
+    ((1, 16, 64, 32, 3, 1, (1, 1)), "conv1d"),  # a row of 64 outputs vectorizes as it is
+    ((1, 64, 199, 64, 3, 2), "dense"),  # wav2vec2's feature convs: stride 2, 64 x 3 taps per output
+    ((1, 1, 400, 64, 10, 5), "conv1d"),  # its first: 10 taps per output, too short a product
+    ((1, 128, 49, 128, 32, 1, (16, 16), 1, 4), "batch_matmul"),  # its positional conv: 4 groups of 32 x 32 taps
+    ((1, 64, 100, 64, 3, 1, (1, 1), 1, 4), "group_conv1d"),  # 4 groups of 16 channels x 3 taps: too short
 ])
-def test_short_rows_run_as_a_dense_layer_with_onnx_runtimes_results(shape, as_dense):
+def test_convs_that_run_as_products_equal_onnx_runtime(shape, pattern):
     model = _conv1d(*shape)
     compiled = tvm_fuse.build(model, "native")
     x = np.random.default_rng(1).standard_normal(shape[:3]).astype(np.float32)
     assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-4)
     kernel = next(k for k in compiled.fusion_report()["kernels"] if "conv" in k["onnx_nodes"])
-    assert kernel["pattern"].startswith("dense" if as_dense else "conv1d")
+    assert kernel["pattern"].startswith(pattern)

@@ -1,5 +1,5 @@
-"""A 1-D conv with few output positions, or a strided one over many channels, as a gather of
-its input windows and a dense layer.
+"""A 1-D conv with few output positions, or a strided or grouped one over many channels, as a
+gather of its input windows and a dense layer (for each group).
 
 The direct conv kernel vectorizes along the output row; a row shorter than a vector leaves the
 lanes to strided gathers of the input, and so does a stride. Silero VAD's STFT (one input channel, 256 taps, stride
@@ -19,7 +19,7 @@ from tvm.ir.expr import GenericConst
 from .rebind import is_op, rebind_pass
 
 MIN_FLOPS = 2e6  # below this, the direct kernel's one call beats three calls
-MIN_STRIDED_REDUCTION = 64  # a strided conv's channels x taps from which its product beats its direct kernel
+MIN_PRODUCT_REDUCTION = 64  # a strided or grouped conv's group channels x taps from which a product beats its direct kernel
 
 
 def Conv1dAsDense(lanes: int) -> tvm.transform.Pass:
@@ -31,11 +31,13 @@ def _plan(func: relax.Function, lanes: int) -> dict[relax.Var, relax.Expr]:
     return {var: rewritten for var, value in values.items() if (rewritten := _as_dense(value, lanes)) is not None}
 
 
-def _strided_and_deep(stride: int, reduction: int) -> bool:
-    """A conv whose direct kernel gathers its input (the vector's outputs lie `stride` apart)
-    with a reduction long enough for the dense kernel: wav2vec2's 512-channel convs of stride 2
-    ran at 14 GFLOP/s direct, 155 as products (Zen 4); convs of stride 1 run faster direct."""
-    return stride > 1 and reduction >= MIN_STRIDED_REDUCTION
+def _direct_is_slow(stride: int, groups: int, reduction: int) -> bool:
+    """A conv whose direct kernel gathers its input (the vector's outputs lie `stride` apart),
+    or a grouped one, with a reduction per output (`reduction`: its group's channels x taps)
+    long enough for a product: wav2vec2's 512-channel convs of stride 2 ran at 14 GFLOP/s
+    direct, 155 as products, its positional conv (16 groups of 48 channels, 128 taps) at 28
+    direct (Zen 4); ungrouped convs of stride 1 run faster direct."""
+    return (stride > 1 or groups > 1) and reduction >= MIN_PRODUCT_REDUCTION
 
 
 def _as_dense(call, lanes: int) -> relax.Expr | None:
@@ -44,21 +46,33 @@ def _as_dense(call, lanes: int) -> relax.Expr | None:
     data, weight = call.args
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    if layouts != ("NCW", "OIW", "NCW") or not isinstance(weight, GenericConst) or int(attrs.groups) != 1:
+    if layouts != ("NCW", "OIW", "NCW") or not isinstance(weight, GenericConst):
         return None
     if str(data.ty.dtype) != "float32" or data.ty.shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in data.ty.shape):
         return None
     batch, channels, _ = (int(d) for d in data.ty.shape)
-    kernel = weight.value.numpy()  # [O, C, K]
-    outputs, _, taps = kernel.shape
+    kernel = weight.value.numpy()  # [O, C / groups, K]
+    outputs, per_group, taps = kernel.shape
+    groups = int(attrs.groups)
     (stride,), (dilation,) = (int(s) for s in attrs.strides), (int(d) for d in attrs.dilation)
     before, after = (int(p) for p in attrs.padding)
     width = int(call.ty.shape[2])
-    if (width >= lanes and not _strided_and_deep(stride, channels * taps)) or 2 * batch * width * outputs * channels * taps < MIN_FLOPS:
+    reduction = per_group * taps
+    if groups > 1 and per_group == 1:  # depthwise: no product to make
+        return None
+    if (width >= lanes or groups > 1) and not _direct_is_slow(stride, groups, reduction) \
+            or 2 * batch * width * outputs * reduction < MIN_FLOPS:
         return None
     padded = relax.op.nn.pad(data, [0, 0, 0, 0, before, after]) if before or after else data
     starts = np.arange(width)[:, None] * stride + np.arange(taps)[None, :] * dilation
     windows = relax.op.take(padded, relax.const(starts.astype("int64")), axis=2)  # [N, C, W, K]
-    rows = relax.op.reshape(relax.op.permute_dims(windows, [0, 2, 1, 3]), [batch * width, channels * taps])
-    product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(kernel.reshape(outputs, -1).T)))
-    return relax.op.permute_dims(relax.op.reshape(product, [batch, width, outputs]), [0, 2, 1])
+    weights = kernel.reshape(groups, outputs // groups, reduction).transpose(0, 2, 1)  # [G, C/G * K, O/G]
+    if groups == 1:  # one product of N * W rows
+        rows = relax.op.reshape(relax.op.permute_dims(windows, [0, 2, 1, 3]), [batch * width, reduction])
+        product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(weights[0])))
+        return relax.op.permute_dims(relax.op.reshape(product, [batch, width, outputs]), [0, 2, 1])
+    # Each group's windows as rows [N, G, W, C/G * K] times its weight.
+    grouped = relax.op.reshape(windows, [batch, groups, per_group, width, taps])
+    rows = relax.op.reshape(relax.op.permute_dims(grouped, [0, 1, 3, 2, 4]), [batch, groups, width, reduction])
+    product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(weights)))  # [N, G, W, O/G]
+    return relax.op.reshape(relax.op.permute_dims(product, [0, 1, 3, 2]), [batch, outputs, width])
