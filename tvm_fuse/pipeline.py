@@ -27,6 +27,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
+from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
@@ -50,7 +51,7 @@ from .tuning.database import TuningDatabase
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
     one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, Gemm / MatMul +
-    Add as dense + bias, a transposed conv whose kernel is its stride as a 1x1 conv,
+    Add as dense + bias, a conv's zero Pad as its own padding, a transposed conv whose kernel is its stride as a 1x1 conv,
     batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as
     maximum / minimum, leaky ReLU as a maximum and constants at their tensor's rank (all so
     layout conversion can follow), a 1-D conv with an output row shorter than a vector as
@@ -61,6 +62,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         relax.transform.FoldConstant(),
         StackedReductionToBinary(),
         RemoveNoOps(),
+        FoldPadIntoConv(),
         CanonicalizeDense(),
         ConvTransposeAsConv(),
         FoldBatchNorm(fold_into),

@@ -6,7 +6,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
-from tvm_fuse.frontend.fixups import fold_constant_of_shape, fold_shape_arithmetic, range_over_dim_to_cumsum
+from tvm_fuse.frontend.fixups import (
+    explicit_same_padding,
+    fold_constant_of_shape,
+    fold_shape_arithmetic,
+    range_over_dim_to_cumsum,
+)
 from tvm_fuse.frontend.importer import set_input_shapes
 
 
@@ -124,3 +129,23 @@ def test_a_paddle_reshape_builds_and_matches_onnxruntime():
     compiled = tvm_fuse.build(model, AVX512_TARGET, input_shapes={"x": (2, 3, 4)})
     feed = {"x": np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)}
     assert_close(compiled.run(None, feed), ort_outputs(model, feed))
+
+
+@pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("size, kernel, stride", [(9, 3, 2), (8, 3, 2), (8, 1, 1), (7, 5, 1)])
+def test_same_padding_becomes_the_convs_pads(mode, size, kernel, stride):
+    """auto_pad SAME_* (odd padding before or after the rest) as explicit pads: ONNX Runtime's
+    values, and the build has no pad kernel of its own: the conv is its only kernel."""
+    rng = np.random.default_rng(0)
+    model = _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad=mode, kernel_shape=[kernel, kernel],
+                          strides=[stride, stride])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, size, size])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, None, None]),
+        [numpy_helper.from_array(rng.standard_normal((16, 16, kernel, kernel)).astype(np.float32) / 8, "w")])
+    (conv,) = explicit_same_padding(model).graph.node
+    assert {a.name for a in conv.attribute} == {"kernel_shape", "strides", "pads"}
+    compiled = tvm_fuse.build(model, "native")
+    assert [k["onnx_nodes"] for k in compiled.fusion_report()["kernels"]] == [["conv"]]
+    x = rng.standard_normal((1, 16, size, size)).astype(np.float32)
+    assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}))

@@ -122,12 +122,40 @@ def lrn(bb, inputs, attrs, opset):
                       float(attrs.get("bias", 1.0)), primfunc_name_hint="lrn")
 
 
+def pad(bb, inputs, attrs, opset):
+    """A constant Pad with static pads as Relax's `nn.pad`, which `FoldPadIntoConv` can read
+    (TVM's converter emits it as a TIR kernel already); a Pad of nothing as its input, as
+    exporters write "same" padding for 1x1 convs (EfficientNet: 55 such per run)."""
+    mode = attrs.get("mode", b"constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+        return None
+    if opset < 11:
+        pads, value = attrs.get("pads"), attrs.get("value", 0.0)
+    else:
+        if len(inputs) > 3 and inputs[3] is not None:
+            return None  # pads of chosen axes (Pad-18): TVM's converter maps them
+        given, fill = inputs[1], inputs[2] if len(inputs) > 2 else None
+        if not isinstance(given, GenericConst) or not (fill is None or isinstance(fill, GenericConst)):
+            return None
+        pads = given.value.numpy().reshape(-1).tolist()
+        value = 0.0 if fill is None else fill.value.numpy().item()
+    x = inputs[0]
+    if pads is None or x.ty.ndim != len(pads) // 2 or any(int(p) < 0 for p in pads):
+        return None
+    if not any(pads):
+        return x
+    rank = x.ty.ndim
+    widths = [int(w) for axis in range(rank) for w in (pads[axis], pads[rank + axis])]
+    return relax.op.nn.pad(x, widths, "constant", float(value))
+
+
 CONVERTERS = {
     "Clip": clip,
     "Expand": expand,
     "GRU": gru,
     "LRN": lrn,
     "LSTM": lstm,
+    "Pad": pad,
     "PRelu": prelu,
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,

@@ -204,6 +204,42 @@ def _fold_once(model: onnx.ModelProto) -> onnx.ModelProto:
     return _replace_nodes(model, rewrite)
 
 
+def explicit_same_padding(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Conv with `auto_pad` SAME_UPPER / SAME_LOWER over a static input -> the same Conv with
+    explicit `pads` (ONNX's formula: the total pad that keeps ceil(input / stride) outputs, the
+    odd one after the rest for SAME_UPPER, before it for SAME_LOWER)."""
+    shapes = None
+
+    def rewrite(node):
+        nonlocal shapes
+        attributes = {a.name: a for a in node.attribute}
+        mode = attributes["auto_pad"].s.decode() if "auto_pad" in attributes else "NOTSET"
+        if node.op_type != "Conv" or mode not in ("SAME_UPPER", "SAME_LOWER"):
+            return [node]
+        shapes = _static_shapes(model) if shapes is None else shapes
+        data = shapes.get(node.input[0])
+        if data is None or "kernel_shape" not in attributes:  # exporters write it; the weight's shape says it too
+            return [node]
+        spatial = len(data) - 2
+        kernel = list(attributes["kernel_shape"].ints)
+        strides = list(attributes["strides"].ints) if "strides" in attributes else [1] * spatial
+        dilations = list(attributes["dilations"].ints) if "dilations" in attributes else [1] * spatial
+        before, after = [], []
+        for size, k, s, d in zip(data[2:], kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, large = total // 2, total - total // 2
+            before.append(small if mode == "SAME_UPPER" else large)
+            after.append(large if mode == "SAME_UPPER" else small)
+        fixed = onnx.NodeProto()
+        fixed.CopyFrom(node)
+        del fixed.attribute[:]
+        fixed.attribute.extend([a for a in node.attribute if a.name not in ("auto_pad", "pads")])
+        fixed.attribute.append(helper.make_attribute("pads", before + after))
+        return [fixed]
+
+    return _replace_nodes(model, rewrite)
+
+
 @dataclass(frozen=True)
 class Fixup:
     name: str
@@ -236,6 +272,14 @@ FIXUPS = (
         "that no later op can equate with the dim it came from, so Expand/Add/Reshape after it "
         "fail ('Cannot use and / or / not operator to Expr'). A CumSum over Shape(x)[i:i+1] "
         "carries x's own dim through.",
+    ),
+    Fixup(
+        "explicit_same_padding",
+        explicit_same_padding,
+        "The importer pads a Conv of auto_pad SAME_UPPER / SAME_LOWER with a kernel of its own "
+        "(even where the padding is 0), which the blocked layout cannot follow: EfficientNet "
+        "from transformers (268 such convs) left the blocked layout and came back around every "
+        "one. Explicit pads are the conv's own.",
     ),
 )
 
