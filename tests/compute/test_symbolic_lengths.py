@@ -33,17 +33,22 @@ def _run(kernel, inputs: list[np.ndarray], shape) -> np.ndarray:
     return out.numpy()
 
 
-def test_a_dense_layer_of_symbolic_rows_tiles_them_as_static_ones():
-    n = te.var("n")
-    x = te.placeholder((2, n, 64), "float32", name="x")
+def _dense_with_bias(batch, rows):
+    """A dense layer of 64 -> 48 columns plus 1 over `x [batch, rows, 64]`: (its default row
+    tile, the compiled kernel)."""
+    x = te.placeholder((batch, rows, 64), "float32", name="x")
     w = te.placeholder((3, 64, 16), "float32", name="w")
     product = dense_packed(x, w)
     out = te.compute(product.shape, lambda *i: product(*i) + 1.0, name="bias")
     func = te.create_prim_func([x, w, out])
     sch = s_tir.Schedule(func)
     block, rule = anchor_block(sch)
-    assert RULES[rule].default(sch, block, 16).row_tile == 8  # a padded count, not one row at a time
-    kernel = _compiled(func)
+    return RULES[rule].default(sch, block, 16).row_tile, _compiled(func)
+
+
+def test_a_dense_layer_of_symbolic_rows_tiles_them_as_static_ones():
+    row_tile, kernel = _dense_with_bias(2, te.var("n"))
+    assert row_tile == 8  # a padded count, not one row at a time
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((64, 48)).astype(np.float32)
     for length in LENGTHS:
@@ -56,15 +61,8 @@ def test_a_dense_layer_of_symbolic_rows_tiles_them_as_static_ones():
 def test_static_rows_no_tile_divides_are_padded_too(rows, row_tile):
     """197 and 49 rows (ViT-B/16's and wav2vec2's tokens) are computed as 200 and 56 in tiles of
     8; 47 rows (padding would add more than 7/48) and 198 (tiles of 6) as they are."""
-    x = te.placeholder((1, rows, 64), "float32", name="x")
-    w = te.placeholder((3, 64, 16), "float32", name="w")
-    product = dense_packed(x, w)
-    out = te.compute(product.shape, lambda *i: product(*i) + 1.0, name="bias")
-    func = te.create_prim_func([x, w, out])
-    sch = s_tir.Schedule(func)
-    block, rule = anchor_block(sch)
-    assert RULES[rule].default(sch, block, 16).row_tile == row_tile
-    kernel = _compiled(func)
+    default_tile, kernel = _dense_with_bias(1, rows)
+    assert default_tile == row_tile
     rng = np.random.default_rng(0)
     weight = rng.standard_normal((64, 48)).astype(np.float32)
     data = rng.standard_normal((1, rows, 64)).astype(np.float32)
