@@ -73,7 +73,8 @@ def exported(name: str) -> tuple[onnx.ModelProto, dict]:
     torch.manual_seed(0)
     model, kind = _architectures()[name]()
     if kind == "text":
-        names, args = ["input_ids", "attention_mask"], (torch.randint(5, 1000, (1, 128)), torch.ones(1, 128, dtype=torch.long))
+        names = ["input_ids", "attention_mask"]
+        args = (torch.randint(5, 1000, (1, 128)), torch.ones(1, 128, dtype=torch.long))
     elif kind.startswith("image"):
         size = int(kind.removeprefix("image"))
         names, args = ["pixel_values"], (torch.randn(1, 3, size, size),)
@@ -121,7 +122,8 @@ def main() -> None:
         if not args.no_openvino:
             runtimes["ov"] = OpenVINOSession(model, args.threads)
         error = differences(ours.run(None, feed), runtimes["ort"].run(None, feed))[1]
-        latency = {k: v.median_ms for k, v in time_alternating(runtimes, feed, args.threads, repeat=args.repeat).items()}
+        timed = time_alternating(runtimes, feed, args.threads, repeat=args.repeat)
+        latency = {k: v.median_ms for k, v in timed.items()}
         ov = latency.get("ov", float("nan"))
         print(f"{name:24s} {latency['ours']:9.2f} {latency['ort']:9.2f} {ov:9.2f} "
               f"{latency['ort'] / latency['ours']:8.2f}x {ov / latency['ours']:7.2f}x {error:8.1e} {build_s:8.1f}",

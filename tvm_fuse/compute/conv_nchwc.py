@@ -16,8 +16,9 @@ DEPTHWISE_NCHWC_RULE = "tvm_fuse.depthwise_nchwc"
 
 
 def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int = 1) -> te.Tensor:
-    """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ib} data[n, g*IC + ic, y*s+ky*d, x*s+kx*d, ib] * w[oc, ic, ky, kx, ib, ob]`,
-    g the group of output block `oc` and IC the input blocks per group (all, for one group)."""
+    """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ib} data[n, g*IC + ic, y*s+ky*d, x*s+kx*d, ib]
+    * w[oc, ic, ky, kx, ib, ob]`, g the group of output block `oc` and IC the input blocks per
+    group (all, for one group)."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_block, out_block = weight.shape
     padded, (out_h, out_w), taps, at = sliding_window(data, (kernel_h, kernel_w), strides, padding, dilation, 1)
     ic = te.reduce_axis((0, in_chunks), name="ic")

@@ -2,8 +2,8 @@
 gather of its input windows and a dense layer (for each group).
 
 The direct conv kernel vectorizes along the output row; a row shorter than a vector leaves the
-lanes to strided gathers of the input, and so does a stride. Silero VAD's STFT (one input channel, 256 taps, stride
-128, 4 outputs per chunk) ran at 20 GFLOP/s that way. Its windows, gathered once as rows
+lanes to strided gathers of the input, and so does a stride. Silero VAD's STFT (one input
+channel, 256 taps, stride 128, 4 outputs per chunk) ran at 20 GFLOP/s that way. Its windows, gathered once as rows
 (`y[n, o, w] = sum_{c,k} x[n, c, w*s + k*d] * W[o, c, k]`, an im2col), make a product our
 dense kernel runs at several times that. Only convs with enough work change: for a small one
 the two added kernels cost more than they save.
@@ -19,7 +19,7 @@ from tvm.ir.expr import GenericConst
 from .rebind import is_op, rebind_pass
 
 MIN_FLOPS = 2e6  # below this, the direct kernel's one call beats three calls
-MIN_PRODUCT_REDUCTION = 64  # a strided or grouped conv's group channels x taps from which a product beats its direct kernel
+MIN_PRODUCT_REDUCTION = 64  # a strided or grouped conv's channels x taps per group from which a product wins
 
 
 def Conv1dAsDense(lanes: int) -> tvm.transform.Pass:
