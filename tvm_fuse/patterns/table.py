@@ -20,6 +20,7 @@ from tvm.relax.dpl import CallPattern, DFPattern, OrPattern, is_const, is_op, wi
 from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from .. import provenance
+from ..compute.conv import is_depthwise
 from .activations import ACTIVATIONS
 
 PATTERN_ATTR = "tvm_fuse.pattern"  # composite attribute: the chain that matched, e.g. conv2d+bias+relu
@@ -61,17 +62,16 @@ def _conv_kind(call: relax.Call) -> str | None:
         kernels = {f"OIHW{block}i{out_block}o"} | ({f"OIHW1i{block}o"} if block == out_block else set())
         if str(attrs.kernel_layout) not in kernels:
             return None
-        rank, channels = 2, data.ty.shape[1] * block
+        rank = 2
     else:
         rank = len(weight.ty.shape) - 2
         layouts = (attrs.data_layout, attrs.kernel_layout)
         if attrs.out_layout != attrs.data_layout or layouts != _CONV_LAYOUTS.get(rank):
             return None
-        channels = data.ty.shape[1]
     name = f"conv{rank}d"
     if attrs.groups == 1:
         return name
-    if _same(channels, attrs.groups) and int(weight.ty.shape[1]) == 1:
+    if is_depthwise(attrs.groups, weight.ty.shape):
         return f"depthwise_{name}"
     return f"group_{name}"
 

@@ -60,8 +60,8 @@ def _as_dense(call, lanes: int) -> relax.Expr | None:
     reduction = per_group * taps
     if groups > 1 and per_group == 1:  # depthwise: no product to make
         return None
-    if (width >= lanes or groups > 1) and not _direct_is_slow(stride, groups, reduction) \
-            or 2 * batch * width * outputs * reduction < MIN_FLOPS:
+    direct_suffices = (width >= lanes or groups > 1) and not _direct_is_slow(stride, groups, reduction)
+    if direct_suffices or 2 * batch * width * outputs * reduction < MIN_FLOPS:
         return None
     padded = relax.op.nn.pad(data, [0, 0, 0, 0, before, after]) if before or after else data
     starts = np.arange(width)[:, None] * stride + np.arange(taps)[None, :] * dilation

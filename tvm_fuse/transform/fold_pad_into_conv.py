@@ -26,8 +26,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
         if is_op(call, *_CONVS) and isinstance(call.args[0], relax.Var):
             padding = _spatial_zero_padding(values.get(call.args[0]), *_CONVS[call.op.name], call.attrs)
             if padding is not None:
-                source = values[call.args[0]].args[0]
-                plan[var] = relax.Call(call.op, [source, *call.args[1:]], _with_padding(call, padding), call.ty_args)
+                plan[var] = _padded_conv(call, values[call.args[0]].args[0], padding)
     return plan
 
 
@@ -47,10 +46,10 @@ def _spatial_zero_padding(pad, layout: str, rank: int, attrs) -> list[int] | Non
     return before + after
 
 
-def _with_padding(call: relax.Call, padding: list[int]):
+def _padded_conv(call: relax.Call, data: relax.Expr, padding: list[int]) -> relax.Call:
+    """The conv `call` reading `data` with `padding`, its other attributes as they were."""
     attrs = call.attrs
     make = relax.op.nn.conv1d if call.op.name == "relax.nn.conv1d" else relax.op.nn.conv2d
-    rebuilt = make(call.args[0], call.args[1], strides=attrs.strides, padding=padding, dilation=attrs.dilation,
-                   groups=attrs.groups, data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
-                   out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
-    return rebuilt.attrs
+    return make(data, call.args[1], strides=attrs.strides, padding=padding, dilation=attrs.dilation,
+                groups=attrs.groups, data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
+                out_layout=attrs.out_layout, out_dtype=attrs.out_dtype)
