@@ -1,7 +1,8 @@
 """Kernels of symbolic length (a sequence length left dynamic): the products compute their
 rows (and columns) padded to whole tiles and store only the real ones; softmax rows of any
 width. One compiled kernel, run at several lengths, equals numpy at each. So do products of
-a static row count that no tile of 4 or more rows divides (ViT's 197 tokens)."""
+a static row count that no tile of 4 or more rows divides (ViT's 197 tokens), and the rows
+of [1, 7, 7, C] tiled seven at a time."""
 
 from __future__ import annotations
 
@@ -33,10 +34,10 @@ def _run(kernel, inputs: list[np.ndarray], shape) -> np.ndarray:
     return out.numpy()
 
 
-def _dense_with_bias(batch, rows):
-    """A dense layer of 64 -> 48 columns plus 1 over `x [batch, rows, 64]`: (its default row
-    tile, the compiled kernel)."""
-    x = te.placeholder((batch, rows, 64), "float32", name="x")
+def _dense_with_bias(*lead):
+    """A dense layer of 64 -> 48 columns plus 1 over `x [*lead, 64]`: (its default row tile,
+    the compiled kernel)."""
+    x = te.placeholder((*lead, 64), "float32", name="x")
     w = te.placeholder((3, 64, 16), "float32", name="w")
     product = dense_packed(x, w)
     out = te.compute(product.shape, lambda *i: product(*i) + 1.0, name="bias")
@@ -67,6 +68,18 @@ def test_static_rows_no_tile_divides_are_padded_too(rows, row_tile):
     weight = rng.standard_normal((64, 48)).astype(np.float32)
     data = rng.standard_normal((1, rows, 64)).astype(np.float32)
     ours = _run(kernel, [data, pack_dense_weight(weight, 16)], (1, rows, 48))
+    np.testing.assert_allclose(ours, data @ weight + 1.0, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("lead, row_tile", [((1, 7, 7), 7), ((1, 14, 14), 7), ((1, 5, 15), 5), ((3, 3), 3)])
+def test_rows_are_tiled_by_their_largest_divisor_up_to_8(lead, row_tile):
+    """ConvNeXt's last stage runs its dense layers over [1, 7, 7, C]: 7 rows a tile, not 1."""
+    default_tile, kernel = _dense_with_bias(*lead)
+    assert default_tile == row_tile
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 48)).astype(np.float32)
+    data = rng.standard_normal((*lead, 64)).astype(np.float32)
+    ours = _run(kernel, [data, pack_dense_weight(weight, 16)], (*lead, 48))
     np.testing.assert_allclose(ours, data @ weight + 1.0, rtol=1e-5, atol=1e-4)
 
 
