@@ -92,6 +92,7 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disable
     producers = {b.var: b.value for b in bindings}
     report = FusionReport(disabled_families=sorted(disabled))
     covered: set[str] = set()
+    moved: set[str] = set()  # nodes whose moves a layout transform makes (`FoldLayoutChains`)
     for binding in bindings:
         kernel = _kernel(mod, binding.value)
         if kernel is not None:
@@ -104,6 +105,7 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disable
                                    **_conv_layout(binding.value, str(func.attrs[PATTERN_ATTR]), block)})
         elif _is_layout_transform(binding.value):
             report.layout_transforms += 1
+            moved.update(labels[i] for i in provenance.span_nodes(binding.value))
     calls: dict[str, list[relax.Call]] = {}  # unfused node -> the calls it runs, in order
     joined: dict[str, str] = {}  # a node computed in another unfused node's kernel -> that node
     for binding in bindings:
@@ -131,6 +133,10 @@ def fusion_report(mod: tvm.IRModule, model: onnx.ModelProto, block: int, disable
             reason = unbuilt[label]
         elif op_types[label] == "If":
             reason = "control flow: the branch its condition picks runs, each compiled as a graph of its own"
+        elif label in moved:
+            report.folded.append({"onnx_node": label, "op_type": op_types[label],
+                                  "reason": "no kernel of its own: moved by a layout transform at a blocked chain's border"})
+            continue
         else:
             report.folded.append({"onnx_node": label, "op_type": op_types[label],
                                   "reason": "no run-time work: computed at build time, or removed as a no-op"})

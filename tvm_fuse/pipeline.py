@@ -27,6 +27,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
+from .transform.fold_layout_chains import FoldLayoutChains
 from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
@@ -81,7 +82,8 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
 def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width; weights repacked at build time."""
     lanes = vector_lanes(target)
-    return [PadOutputChannels(lanes), BlockedLayout(lanes), SinkLayoutTransforms(), relax.transform.FoldConstant()]
+    return [PadOutputChannels(lanes), BlockedLayout(lanes), FoldLayoutChains(), SinkLayoutTransforms(),
+            relax.transform.FoldConstant()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],

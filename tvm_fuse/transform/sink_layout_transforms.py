@@ -47,7 +47,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
             continue
         inner = relax.Call(value.op, [transform.args[0] if a.same_as(moved) else a for a in value.args],
                            value.attrs, value.ty_args)
-        plan[var] = relax.Call(transform.op, [inner], transform.attrs, transform.ty_args)
+        plan[var] = relax.Call(transform.op, [inner], transform.attrs, transform.ty_args, transform.span)
     return plan
 
 
