@@ -1,5 +1,6 @@
 """FuseAttention: a BERT-style self-attention block (Q, K, V projections, heads split by
-Reshape + Transpose, scaled and masked scores, Softmax, the product with V, heads merged)
+Reshape + Transpose, scaled and masked scores, Softmax (its NaNs zeroed, as torch exports
+scaled_dot_product_attention), the product with V, heads merged)
 runs as one attention kernel whose report entry names every node it computes, and equals
 ONNX Runtime, with static and symbolic sequence lengths; the dense kernels it alone reads write
 Q, K and V by head; a block of another form is left to the separate kernels, and equals ONNX
@@ -21,12 +22,15 @@ WIDTH = HEADS * DEPTH
 
 
 def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div", masked=True,
-                     scaled_operands=False, softmax_axis=-1, heads=HEADS, depth=DEPTH, biased=True):
+                     scaled_operands=False, softmax_axis=-1, heads=HEADS, depth=DEPTH, biased=True,
+                     nan_guard: float | None = None):
     """`keys_split`: K as columns by one Transpose [0, 2, 3, 1], or ("twice") by the heads'
     Transpose then a swap of the last two axes, as some exporters write it. `scaled_operands`:
     Q and K^T each scaled by D^-1/4 before the product, as torch exports
     scaled_dot_product_attention. `softmax_axis`: another axis than the keys' is not attention.
-    `biased`: False, the projections' biases are zeros (an untrained model's), which the build drops."""
+    `biased`: False, the projections' biases are zeros (an untrained model's), which the build drops.
+    `nan_guard`: the softmax's NaNs replaced by this value, as torch exports
+    scaled_dot_product_attention (with 0)."""
     width = heads * depth
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array((rng.standard_normal((width, width)) * 0.3).astype(np.float32), f"w_{n}")
@@ -36,7 +40,8 @@ def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div"
                  numpy_helper.from_array(np.array([0, 0, width], np.int64), "merged_shape"),
                  numpy_helper.from_array(np.array(np.sqrt(depth), np.float32), "root_depth"),
                  numpy_helper.from_array(np.array(1 / np.sqrt(depth), np.float32), "inverse_root_depth"),
-                 numpy_helper.from_array(np.array(depth ** -0.25, np.float32), "root_root_depth")]
+                 numpy_helper.from_array(np.array(depth ** -0.25, np.float32), "root_root_depth"),
+                 numpy_helper.from_array(np.array(nan_guard or 0, np.float32), "nan_value")]
     nodes = []
     for n in "qkv":
         nodes += [helper.make_node("MatMul", ["x", f"w_{n}"], [f"{n}_product"], name=f"{n}_matmul"),
@@ -63,8 +68,13 @@ def _attention_model(batch, tokens, keys_split="transposed_once", scale_op="Div"
     if masked:
         nodes.append(helper.make_node("Add", [logits, "mask"], ["masked"], name="mask_add"))
         logits = "masked"
-    nodes += [helper.make_node("Softmax", [logits], ["probabilities"], name="softmax", axis=softmax_axis),
-              helper.make_node("MatMul", ["probabilities", "v4"], ["context4"], name="context"),
+    nodes.append(helper.make_node("Softmax", [logits], ["probabilities"], name="softmax", axis=softmax_axis))
+    probabilities = "probabilities"
+    if nan_guard is not None:
+        nodes += [helper.make_node("IsNaN", ["probabilities"], ["undefined"], name="isnan"),
+                  helper.make_node("Where", ["undefined", "nan_value", "probabilities"], ["guarded"], name="guard")]
+        probabilities = "guarded"
+    nodes += [helper.make_node("MatMul", [probabilities, "v4"], ["context4"], name="context"),
               helper.make_node("Transpose", ["context4"], ["context_heads"], name="merge_transpose", perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["context_heads", "merged_shape"], ["y"], name="merge_reshape")]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, tokens, width])]
@@ -186,6 +196,25 @@ def test_other_forms(form):
         assert {"q_scale", "k_scale", "scores", "softmax"} <= set(kernels[0]["onnx_nodes"])
     feed = _feed(1, 20, masked)
     assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+@pytest.mark.parametrize("nan_value, fused", [(0.0, True), (1.0, False)])
+def test_torch_sdpa_zeroes_the_rows_whose_keys_are_all_masked(nan_value, fused):
+    """transformers 5 exports scaled_dot_product_attention with Q and K^T scaled, a mask of 0
+    and -inf added, and the softmax's NaNs (a row whose keys are all masked) set to 0: one
+    kernel, whose rows are 0 there. NaNs set to another value are left to separate kernels."""
+    model = _attention_model(2, 20, scaled_operands=True, nan_guard=nan_value)
+    compiled = tvm_fuse.build(model, "native")
+    kernels = _attention_kernels(compiled)
+    assert len(kernels) == fused
+    if fused:
+        assert {"softmax", "isnan", "guard", "context"} <= set(kernels[0]["onnx_nodes"])
+    feed = _feed(2, 20)
+    feed["mask"][0, ..., 5:] = -np.inf  # the first sentence padded
+    feed["mask"][1] = -np.inf  # every key of the second masked
+    reference = ort_outputs(model, feed)
+    assert np.all(reference[0][1] == (0 if nan_value == 0 else reference[0][1]))
+    assert_close(compiled.run(None, feed), reference, rtol=1e-4)
 
 
 def _operand_ranks(model) -> list[int]:

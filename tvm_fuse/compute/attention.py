@@ -29,7 +29,8 @@ KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, 
 
 def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tensor | None, heads: int,
               scale: float, lanes: int, mask_padded: bool = False, bf16: str | None = None,
-              offsets: tuple = (0, 0, 0), width: int | None = None, heads_first: bool = False) -> te.Tensor:
+              offsets: tuple = (0, 0, 0), width: int | None = None, heads_first: bool = False,
+              zero_undefined_rows: bool = False) -> te.Tensor:
     """`query [B, Sq, heads*D]`, `key` and `value [B, Sk, heads*D]` (`heads_first`: `[B,
     heads, Sq, D]` and `[B, heads, Sk, D]`); `mask` (or None) added to the scaled scores,
     broadcast to `[B, heads, Sq, Sk]` as numpy would, its key axis either 1 or Sk
@@ -37,7 +38,9 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     reductions. `bf16`: "vdpbf16ps" or "portable" (its form on any CPU) for bf16 products
     (`bf16_fits` the depth), None for fp32. `offsets`: the first column of Q, K and V in their
     tensors (a multiple of D), which are `width` (default: all their) columns wide from there
-    (slices of one packed projection). The result is `[B, Sq, heads*D]`."""
+    (slices of one packed projection). `zero_undefined_rows`: a row whose softmax is undefined
+    (every key masked by -inf, or a NaN score: no finite sum) is 0, not NaN, as torch's exported
+    `scaled_dot_product_attention` zeroes it. The result is `[B, Sq, heads*D]`."""
     tokens = 2 if heads_first else 1
     batch, queries, keys = query.shape[0], query.shape[tokens], key.shape[tokens]
     if width is None:
@@ -65,8 +68,14 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
     context = products.context(exps, batch, query_rows, width, keys, key_columns, real_key, key_index)
-    return te.compute((batch, queries, width),
-                      lambda b, s, c: context[b, s, c] * inverse[b, c // depth, s], name="attention")
+    def output(b, s, c):
+        row = context[b, s, c] * inverse[b, c // depth, s]
+        if not zero_undefined_rows:
+            return row
+        # A defined row sums to at least 1 (its largest term is exp(0)); an undefined one to 0 or NaN.
+        return tirx.Select(tirx.isfinite(inverse[b, c // depth, s]), row, tirx.const(0.0, "float32"))
+
+    return te.compute((batch, queries, width), output, name="attention")
 
 
 def pad_keys(mask: te.Tensor) -> te.Tensor:

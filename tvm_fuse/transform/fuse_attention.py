@@ -2,13 +2,14 @@
 (`compute.attention`):
 
     q4 = permute_dims(reshape(q, [B, S, H, D]), [0, 2, 1, 3]) [* c]   (k4 likewise, as K^T; v4 unscaled)
-    p = softmax(matmul(q4, k4) [* c | / c] [+ mask], axis=-1)
+    p = softmax(matmul(q4, k4) [* c | / c] [+ mask], axis=-1)   [p = where(isnan(p), 0, p)]
     out = reshape(permute_dims(matmul(p, v4), [0, 2, 1, 3]), [B, S, H * D])
 
 Q, K and V are read where their dense layers wrote them and the result is written as the next
 dense layer reads it, so the head transposes and the score tensors of the ops it replaces
 never reach memory. The scale may also come as a factor on Q and one on K^T before the product,
-as torch exports `scaled_dot_product_attention`. A chain of another form (another layout of the
+and the softmax with its NaN rows zeroed, as torch exports `scaled_dot_product_attention`
+(transformers 5's default attention: its masks add -inf). A chain of another form (another layout of the
 heads, a mask of another dtype, a softmax over another axis) is left as it was, to
 `LowerMatmuls` and `LowerRowwise`.
 
@@ -62,7 +63,7 @@ class _AttentionFuser(relax.PyExprMutator):
             match = self._match(var, value)
             if match is not None:
                 self.kernels[var] = match
-                q, k, v, _mask, heads, _scale, steps = match
+                q, k, v, _mask, heads, _scale, _zero_rows, steps = match
                 self.absorbed.update(steps[1:])  # steps[0] is `var`, which the kernel's call binds
                 self.absorbed.update(x for x in (q, k, v) if self._columns(x)[0] is not x)  # slices read in place
                 self._plan_heads_first((q, k, v), heads, steps, reading)
@@ -92,10 +93,12 @@ class _AttentionFuser(relax.PyExprMutator):
         product = self.values.get(merged.args[0])
         if not (is_op(product, "relax.matmul") and self._only_reader(product.args[0])):
             return None
-        probabilities = self.values.get(product.args[0])
+        steps = [var, value.args[0], merged.args[0], product.args[0]]
+        probabilities = self._nan_guarded(product.args[0], steps)
+        zero_undefined_rows = probabilities is not product.args[0]
+        probabilities = self.values.get(probabilities)
         if not (is_op(probabilities, "relax.nn.softmax") and int(probabilities.attrs.axis) in (-1, 3)):
             return None
-        steps = [var, value.args[0], merged.args[0], product.args[0]]
         (scores, scale, mask), prologue = self._prologue(probabilities.args[0])
         steps += prologue
         scores_value = self.values.get(scores)
@@ -119,7 +122,22 @@ class _AttentionFuser(relax.PyExprMutator):
                 and static_value(k.ty.shape[1]) != 1 and same_dim(k.ty.shape[1], v.ty.shape[1])
                 and same_dim(batches[0], batches[1]) and same_dim(batches[0], batches[2])):
             return None
-        return (q, k, v, mask, heads, scale, steps)
+        return (q, k, v, mask, heads, scale, zero_undefined_rows, steps)
+
+    def _nan_guarded(self, data, steps: list):
+        """p of `data = where(isnan(p), 0, p)`, as torch exports `scaled_dot_product_attention`
+        (a row of keys all masked by -inf is NaN in the softmax, 0 after this); the isnan and p
+        join `steps`. `data` itself otherwise."""
+        value = self.values.get(data)
+        if not (is_op(value, "relax.where") and scalar_value(value.args[1]) == 0.0):
+            return data
+        condition, probabilities = value.args[0], value.args[2]
+        test = self.values.get(condition)
+        if not (is_op(test, "relax.isnan") and test.args[0].same_as(probabilities) and self._only_reader(condition)
+                and isinstance(probabilities, relax.Var) and self.uses[probabilities] == 2):
+            return data
+        steps += [condition, probabilities]
+        return probabilities
 
     def _prologue(self, data):
         """((scores, scale, mask or None), bindings) of `data = scores [* c | / c] [+ mask]`."""
@@ -177,7 +195,7 @@ class _AttentionFuser(relax.PyExprMutator):
             if binding.var not in self.absorbed:
                 super().visit_var_binding_(binding)
             return None
-        q, k, v, mask, heads, scale, steps = match
+        q, k, v, mask, heads, scale, zero_undefined_rows, steps = match
         width = int(q.ty.shape[2])
         sources = [self._columns(x) for x in (q, k, v)]
         heads_first = all(source in self.heads_first for source, _ in sources)
@@ -189,7 +207,8 @@ class _AttentionFuser(relax.PyExprMutator):
         offsets = tuple(first for _, first in sources)
         kernel = self.builder_.call_te(
             lambda query, key, value, *masks: attention(query, key, value, masks[0] if masks else None, heads, scale,
-                                                        self.lanes, padded, bf16, offsets, width, heads_first),
+                                                        self.lanes, padded, bf16, offsets, width, heads_first,
+                                                        zero_undefined_rows),
             *operands, primfunc_name_hint="attention",
             primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8,
                             **({BF16_ATTR: True} if bf16 else {})})
