@@ -96,8 +96,8 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     rows lie far apart, scalar ones within the other side's contiguous square. Vectorizing
     the loop innermost on one side alone makes every access of the other a scalar one a
     whole row apart: TVM's order (the source's) took 97 us for a [16, 64, 64] NCHW16c -> NCHW
-    transform, tiles 6.6 us (Zen 4). False if the block is not such a copy or neither factor
-    divides an extent."""
+    transform, tiles 6.6 us (Zen 4). False if the block is not such a copy or no vector divides
+    either extent."""
     stmt = sch.get(block)
     loops = sch.get_loops(block)
     if (not _spatial_only(sch, block) or len(loops) != len(stmt.iter_vars) or len(stmt.writes) != 1 or not stmt.reads
@@ -114,17 +114,21 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     if written is None or len(read) != 1 or None in read or written in read:
         return False
     (read,) = read
-    # A vector of lanes, or half of one (NCHW8c's blocks), along each axis of the tile.
+    # A vector of lanes, or half of one (NCHW8c's blocks), along each axis of the tile; the
+    # scalar side's last tile may be cut short (a [512, 3199] transpose: 3199 time steps).
     extents = {i: _extent(sch, loops[i]) for i in (written, read)}
     factors = {i: next((f for f in (lanes, lanes // 2) if extent and extent % f == 0), None)
                for i, extent in extents.items()}
-    if None in factors.values():
-        return False
     # Vectorize the loop whose partner's rows lie further apart where it is itself contiguous.
     apart_written, apart_read = _stride(stmt.writes[0], variables[read]), _stride(stmt.reads[0], variables[written])
-    if apart_written is None or apart_read is None:
+    if apart_written is None or apart_read is None or None in extents.values():
         return False
-    vector, scalar = (written, read) if apart_written > apart_read else (read, written)
+    preferred = [(written, read), (read, written)] if apart_written > apart_read else [(read, written), (written, read)]
+    sides = next(((v, s) for v, s in preferred if factors[v] is not None and extents[s] >= lanes), None)
+    if sides is None:
+        return False
+    vector, scalar = sides
+    factors[scalar] = factors[scalar] or lanes
     outer, inner = {}, {}
     for i in (vector, scalar):
         outer[i], inner[i] = sch.split(loops[i], [None, factors[i]])

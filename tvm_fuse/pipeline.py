@@ -18,6 +18,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .patterns.table import ATTENTION_FAMILY
 from .transform.align_constant_ranks import AlignConstantRanks
+from .transform.cancel_transposes import CancelTransposes
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.clip_to_min_max import ClipToMinMax
@@ -57,7 +58,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     `fc_bn` are off), clip as maximum / minimum, leaky ReLU as a maximum and constants at their
     tensor's rank (all so layout conversion can follow), a 1-D conv with an output row shorter
     than a vector (or strided or grouped over enough channels) as a dense layer over its input
-    windows, a layer norm written out op by op as one, and an attention block's Q, K and V
+    windows, a transpose undone after elementwise ops gone, a layer norm written out op by op as one, and an attention block's Q, K and V
     projections as one dense layer (unless `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
@@ -72,6 +73,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         LeakyReluToMax(),
         AlignConstantRanks(),
         Conv1dAsDense(vector_lanes(target)),
+        CancelTransposes(),
         RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         *([] if ATTENTION_FAMILY in disabled else [PackProjections()]),

@@ -64,13 +64,19 @@ def _as_dense(call, lanes: int) -> relax.Expr | None:
     if direct_suffices or 2 * batch * width * outputs * reduction < MIN_FLOPS:
         return None
     padded = relax.op.nn.pad(data, [0, 0, 0, 0, before, after]) if before or after else data
-    starts = np.arange(width)[:, None] * stride + np.arange(taps)[None, :] * dilation
-    windows = relax.op.take(padded, relax.const(starts.astype("int64")), axis=2)  # [N, C, W, K]
-    weights = kernel.reshape(groups, outputs // groups, reduction).transpose(0, 2, 1)  # [G, C/G * K, O/G]
-    if groups == 1:  # one product of N * W rows
-        rows = relax.op.reshape(relax.op.permute_dims(windows, [0, 2, 1, 3]), [batch * width, reduction])
-        product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(weights[0])))
+    starts = relax.const((np.arange(width)[:, None] * stride + np.arange(taps)[None, :] * dilation).astype("int64"))
+    if groups == 1:  # one product of N * W rows, tap-major
+        # Gathered from the input channels-last, each window is a run of whole rows, and its
+        # row of the product a reshape away. The transpose fuses with what precedes it:
+        # between wav2vec2's feature convs, with the previous product's transpose and GELU,
+        # which then reads and writes both channels-last.
+        windows = relax.op.take(relax.op.permute_dims(padded, [0, 2, 1]), starts, axis=1)  # [N, W, K, C]
+        weights = kernel.transpose(2, 1, 0).reshape(reduction, outputs)  # [K * C, O]
+        product = relax.op.matmul(relax.op.reshape(windows, [batch * width, reduction]),
+                                  relax.const(np.ascontiguousarray(weights)))
         return relax.op.permute_dims(relax.op.reshape(product, [batch, width, outputs]), [0, 2, 1])
+    windows = relax.op.take(padded, starts, axis=2)  # [N, C, W, K]
+    weights = kernel.reshape(groups, outputs // groups, reduction).transpose(0, 2, 1)  # [G, C/G * K, O/G]
     # Each group's windows as rows [N, G, W, C/G * K] times its weight.
     grouped = relax.op.reshape(windows, [batch, groups, per_group, width, taps])
     rows = relax.op.reshape(relax.op.permute_dims(grouped, [0, 1, 3, 2, 4]), [batch, groups, width, reduction])

@@ -48,8 +48,9 @@ def rebind_pass(name: str, plan: Plan) -> tvm.transform.Pass:
 
 @mutator
 class Rebinder(PyExprMutator):
-    """Gives planned bindings their new values and keeps their variables; calls nested in a new
-    value are bound first, named after the binding's node; bindings nothing reads are dropped."""
+    """Gives planned bindings their new values and keeps their variables (a value of another
+    shape, their names); calls nested in a new value are bound first, named after the binding's
+    node; bindings nothing reads are dropped."""
 
     def __init__(self, mod: tvm.IRModule):
         super().__init__(mod)
@@ -64,8 +65,11 @@ class Rebinder(PyExprMutator):
         if value is None:
             return super().visit_var_binding_(binding)
         node = provenance.node_index(binding.var)
-        value = self._bind_nested(value, provenance.tag(node) if node is not None else "")
-        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+        value = self.builder_.normalize(self._bind_nested(value, provenance.tag(node) if node is not None else ""))
+        if tvm_ffi.structural_equal(value.ty, binding.var.ty):
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+        else:  # a value of another shape: a new variable of the same name (and node) for every reader
+            self.set_var_remap(binding.var, self.builder_.emit(value, binding.var.name))
 
     def _bind_nested(self, expr: relax.Expr, name: str) -> relax.Expr:
         if not isinstance(expr, relax.Call):
@@ -78,6 +82,13 @@ class Rebinder(PyExprMutator):
 def is_op(expr, *names: str) -> bool:
     """`expr` calls one of the ops `names` (Relax's, or TIR's: `tirx.reinterpret`)."""
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
+
+
+def scalar_operand(arg) -> bool:
+    """A 0-d constant or a value that is no tensor (clip bounds): the same in every layout."""
+    if isinstance(arg, tvm.ir.GenericConst):
+        return arg.value.numpy().ndim == 0
+    return not isinstance(arg, relax.Var) and not isinstance(getattr(arg, "ty", None), relax.TensorType)
 
 
 def scalar_value(expr) -> float | None:

@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..compute.epilogue import ELEMENTWISE
-from .rebind import is_op, rebind_pass, use_counts
+from .rebind import is_op, rebind_pass, scalar_operand, use_counts
 
 
 def SinkLayoutTransforms() -> tvm.transform.Pass:
@@ -38,7 +38,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
         if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in ELEMENTWISE):
             continue
         tensors = [a for a in value.args if isinstance(a, relax.Var)]
-        scalars_only = all(isinstance(a, relax.Var) or _scalar(a) for a in value.args)
+        scalars_only = all(isinstance(a, relax.Var) or scalar_operand(a) for a in value.args)
         if len(tensors) != 1 or not scalars_only:
             continue
         (moved,) = tensors
@@ -50,9 +50,3 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
         plan[var] = relax.Call(transform.op, [inner], transform.attrs, transform.ty_args, transform.span)
     return plan
 
-
-def _scalar(arg) -> bool:
-    """A 0-d constant or a plain number (clip bounds): the same in every layout."""
-    if isinstance(arg, tvm.ir.GenericConst):
-        return arg.value.numpy().ndim == 0
-    return not isinstance(arg, relax.Expr) or isinstance(arg, relax.PrimValue) or not hasattr(arg, "ty")
