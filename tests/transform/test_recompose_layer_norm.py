@@ -72,3 +72,24 @@ def test_other_forms_are_left_alone_and_still_match(variant):
     shape = variant.get("shape", (2, 7, WIDTH))
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)
+
+
+@pytest.mark.parametrize("steps", [37, 64])
+def test_an_instance_norm_runs_as_a_layer_norm_kernel_of_any_width(steps):
+    """torch's GroupNorm with a group per channel (wav2vec2's first feature conv) exports as
+    InstanceNormalization, which TVM imports as mean, variance, sqrt and divide: one layer
+    norm over the time steps (3199 there, no whole vectors), then the per-channel scale and
+    offset."""
+    rng = np.random.default_rng(3)
+    constants = [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "scale"),
+                 numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "bias")]
+    graph = helper.make_graph(
+        [helper.make_node("InstanceNormalization", ["x", "scale", "bias"], ["y"], name="norm", epsilon=1e-5)],
+        "instance_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8, steps))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, steps))], constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    compiled = tvm_fuse.build(model, "native")
+    assert any("nn.layer_norm" in u["reason"] for u in compiled.fusion_report()["unfused"])
+    x = (rng.standard_normal((1, 8, steps)) * 3 + 1).astype(np.float32)
+    assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}), rtol=1e-5)

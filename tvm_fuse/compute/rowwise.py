@@ -15,18 +15,19 @@ ROWWISE_RULE = "tvm_fuse.rowwise"
 
 
 def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: float, lanes: int) -> te.Tensor:
-    """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, which `lanes`
-    divides; the variance about the mean, in a second pass."""
+    """`(x - mean) / sqrt(var + epsilon) * gamma + beta` over the last axis, of a static width;
+    the variance about the mean, in a second pass."""
     *rows, width = x.shape
     width = int(width)
-    total = row_reduction(x, x, te.sum, lanes, "sum", anchor=True)
+    zero = tirx.const(0.0, x.dtype)  # past the row's end, where `lanes` does not divide it
+    total = row_reduction(x, x, te.sum, lanes, "sum", anchor=True, identity=zero)
     mean = te.compute(rows, lambda *r: total(*r) / float(width), name="mean")
 
     def square(*i):
         deviation = x(*i) - mean(*i[:-1])
         return deviation * deviation
 
-    squares = row_reduction(x, square, te.sum, lanes, "squares")
+    squares = row_reduction(x, square, te.sum, lanes, "squares", identity=zero)
     scale = te.compute(rows, lambda *r: te.rsqrt(squares(*r) / float(width) + epsilon), name="inverse_std")
     return te.compute(x.shape, lambda *i: (x(*i) - mean(*i[:-1])) * scale(*i[:-1]) * gamma[i[-1]] + beta[i[-1]],
                       name="layer_norm")

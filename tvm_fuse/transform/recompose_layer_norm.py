@@ -2,11 +2,11 @@
 LayerNormalization: torch writes ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) as
 one `nn.layer_norm` again, which `LowerRowwise` then runs as one kernel:
 
-    mean = mean(x, -1);  d = x - mean;  var = mean(d ** 2 | d * d, -1)
-    y = d / sqrt(var + eps) | d * rsqrt(var + eps);  out = y * gamma + beta
+    mean = mean(x, -1);  d = x - mean;  var = mean(d ** 2 | d * d, -1) | variance(x, -1)
+    y = d / sqrt(var + eps) | d * rsqrt(var + eps);  out = y * gamma + beta | y
 
 over the last axis, with constant `eps`, `gamma` and `beta` (`gamma`, `beta` of the axis's
-width). The new call records every node it stands for (`provenance`). Any other form is left
+width; without them, as TVM imports an instance norm, 1 and 0). The new call records every node it stands for (`provenance`). Any other form is left
 as it is. MiniLM exported at opset 14 (Zen 5, same run): 6.84 -> 6.51 ms, ONNX Runtime 8.79."""
 
 from __future__ import annotations
@@ -50,26 +50,48 @@ def _layer_norm(values: dict, out: relax.Var):
     try:
         shifted = value(out, "relax.add")
         scaled = value(shifted.args[0], "relax.multiply")
-        normed = value(scaled.args[0], "relax.divide", "relax.multiply")
-        centered, inverse = normed.args
-        root = value(inverse, "relax.sqrt" if is_op(normed, "relax.divide") else "relax.rsqrt")
-        padded = value(root.args[0], "relax.add")
-        variance = value(padded.args[0], "relax.mean")
-        square = value(variance.args[0], "relax.power", "relax.multiply")
-        difference = value(centered, "relax.subtract")
-        mean = value(difference.args[1], "relax.mean")
+        gamma, beta = _constant(scaled.args[1]), _constant(shifted.args[1])
+        x, epsilon = _normalized(scaled.args[0], value)
     except LookupError:
-        return None
-    x = difference.args[0]
-    squares_centered = square.args[0].same_as(centered) and (
-        square.args[1].same_as(centered) if is_op(square, "relax.multiply") else scalar_value(square.args[1]) == 2.0)
-    gamma, beta, epsilon = _constant(scaled.args[1]), _constant(shifted.args[1]), scalar_value(padded.args[1])
-    width = x.ty.shape[-1] if isinstance(x.ty, relax.TensorType) and x.ty.shape is not None else None
-    if not (squares_centered and mean.args[0].same_as(x) and _last_axis(variance) and _last_axis(mean)
-            and epsilon is not None and str(x.ty.dtype) == "float32" and isinstance(width, tvm.tirx.IntImm)
-            and gamma is not None and beta is not None and gamma.size == beta.size == int(width)):
+        steps.clear()
+        try:  # no scale and offset: an instance norm as TVM imports one (wav2vec2's GroupNorm)
+            x, epsilon = _normalized(out, value)
+        except LookupError:
+            return None
+        width = _static_width(x)
+        gamma, beta = (np.ones(width, np.float32), np.zeros(width, np.float32)) if width else (None, None)
+    if not (epsilon is not None and str(x.ty.dtype) == "float32" and _static_width(x) is not None
+            and gamma is not None and beta is not None and gamma.size == beta.size == _static_width(x)):
         return None
     return x, relax.const(gamma.reshape(-1)), relax.const(beta.reshape(-1)), epsilon, steps[1:]
+
+
+def _normalized(var, value):
+    """(x, epsilon) if `var = (x - mean(x)) / sqrt(var(x) + eps)` (or `* rsqrt(...)`) over the
+    last axis, the variance the mean of the centered squares or `variance(x)`; `value(var,
+    *ops)` takes each step's value (LookupError where it is another op)."""
+    normed = value(var, "relax.divide", "relax.multiply")
+    centered, inverse = normed.args
+    root = value(inverse, "relax.sqrt" if is_op(normed, "relax.divide") else "relax.rsqrt")
+    padded = value(root.args[0], "relax.add")
+    variance = value(padded.args[0], "relax.mean", "relax.variance")
+    difference = value(centered, "relax.subtract")
+    mean = value(difference.args[1], "relax.mean")
+    x = difference.args[0]
+    if is_op(variance, "relax.variance"):
+        of_x = variance.args[0].same_as(x)
+    else:
+        square = value(variance.args[0], "relax.power", "relax.multiply")
+        of_x = square.args[0].same_as(centered) and (
+            square.args[1].same_as(centered) if is_op(square, "relax.multiply") else scalar_value(square.args[1]) == 2.0)
+    if not (of_x and mean.args[0].same_as(x) and _last_axis(variance) and _last_axis(mean)):
+        raise LookupError
+    return x, scalar_value(padded.args[1])
+
+
+def _static_width(x) -> int | None:
+    width = x.ty.shape[-1] if isinstance(x.ty, relax.TensorType) and x.ty.shape is not None else None
+    return int(width) if isinstance(width, tvm.tirx.IntImm) else None
 
 
 def _last_axis(mean: relax.Call) -> bool:
