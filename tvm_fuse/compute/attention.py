@@ -68,6 +68,7 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
     context = products.context(exps, batch, query_rows, width, keys, key_columns, real_key, key_index)
+
     def output(b, s, c):
         row = context[b, s, c] * inverse[b, c // depth, s]
         if not zero_undefined_rows:

@@ -65,4 +65,3 @@ def _axes(value) -> list[int] | None:
     if value.attrs.axes is not None:
         return [int(a) for a in value.attrs.axes]
     return list(range(value.args[0].ty.ndim))[::-1]
-

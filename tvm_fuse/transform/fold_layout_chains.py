@@ -1,7 +1,6 @@
 """Fold a chain of data movements that holds a `layout_transform` into one `layout_transform`.
 
-A transformer that runs a conv over its tokens (SegFormer's Mix-FFN, ConvNeXt, wav2vec2's
-positional conv) turns [B, HW, C] into [B, C, H, W] with a transpose and a reshape, which the
+A transformer that runs a conv over its tokens (SegFormer's Mix-FFN, ConvNeXt) turns [B, HW, C] into [B, C, H, W] with a transpose and a reshape, which the
 blocked conv then reorders into NCHW{c}c, and back after it: three copies of the tensor each
 way, each a kernel. Every one of these ops only moves elements, so their chain is one index
 map, `x[n, s, c] -> y[n, c // 16, s // W, s % W, c % 16]`: one copy, reading whole lines and

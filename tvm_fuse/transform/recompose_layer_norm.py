@@ -6,8 +6,9 @@ one `nn.layer_norm` again, which `LowerRowwise` then runs as one kernel:
     y = d / sqrt(var + eps) | d * rsqrt(var + eps);  out = y * gamma + beta | y
 
 over the last axis, with constant `eps`, `gamma` and `beta` (`gamma`, `beta` of the axis's
-width; without them, as TVM imports an instance norm, 1 and 0). The new call records every node it stands for (`provenance`). Any other form is left
-as it is. MiniLM exported at opset 14 (Zen 5, same run): 6.84 -> 6.51 ms, ONNX Runtime 8.79."""
+width; without them, as TVM imports an instance norm, 1 and 0). The new call records every
+node it stands for (`provenance`). Any other form is left as it is. MiniLM exported at opset
+14 (Zen 5, same run): 6.84 -> 6.51 ms, ONNX Runtime 8.79."""
 
 from __future__ import annotations
 
@@ -58,10 +59,10 @@ def _layer_norm(values: dict, out: relax.Var):
             x, epsilon = _normalized(out, value)
         except LookupError:
             return None
-        width = _static_width(x)
-        gamma, beta = (np.ones(width, np.float32), np.zeros(width, np.float32)) if width else (None, None)
-    if not (epsilon is not None and str(x.ty.dtype) == "float32" and _static_width(x) is not None
-            and gamma is not None and beta is not None and gamma.size == beta.size == _static_width(x)):
+        gamma, beta = np.ones(_static_width(x) or 0, np.float32), np.zeros(_static_width(x) or 0, np.float32)
+    width = _static_width(x)
+    if not (epsilon is not None and str(x.ty.dtype) == "float32" and width is not None
+            and gamma is not None and beta is not None and gamma.size == beta.size == width):
         return None
     return x, relax.const(gamma.reshape(-1)), relax.const(beta.reshape(-1)), epsilon, steps[1:]
 
