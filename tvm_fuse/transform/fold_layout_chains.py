@@ -73,11 +73,12 @@ def _folded(chain: list[relax.Call]) -> relax.Expr | None:
     for variable, extent in zip(variables, _static_shape(source)):
         analyzer.bind(variable, tvm.ir.Range(0, tirx.const(extent, "int64")))
     index_map = tirx.IndexMap(variables, [analyzer.simplify(i) for i in indices], None)
-    if [int(d) for d in index_map.map_shape(_static_shape(source))] != _static_shape(chain[-1]):
-        return None
-    try:
+    try:  # TVM raises where it cannot invert the map
+        mapped = [int(d) for d in index_map.map_shape(_static_shape(source))]
         _, padding = index_map.non_surjective_inverse(_static_shape(source))
-    except tvm.TVMError:
+    except RuntimeError:
+        return None
+    if mapped != _static_shape(chain[-1]):
         return None
     if not (isinstance(padding, tirx.IntImm) and padding.value == 0):
         return None
