@@ -18,9 +18,9 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .patterns.table import ATTENTION_FAMILY
 from .transform.align_constant_ranks import AlignConstantRanks
-from .transform.cancel_transposes import CancelTransposes
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
+from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.leaky_relu_to_max import LeakyReluToMax
 from .transform.conv1d_as_dense import Conv1dAsDense

@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 
 from ..compute.epilogue import ELEMENTWISE
-from .rebind import is_op, rebind_pass, scalar_operand, use_counts
+from .rebind import permutation, rebind_pass, scalar_operand, use_counts
 
 
 def CancelTransposes() -> tvm.transform.Pass:
@@ -28,7 +28,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
     uses = use_counts(func)
     plan = {}
     for var, value in values.items():
-        axes = _axes(value)
+        axes = permutation(value)
         if axes is None or not isinstance(value.args[0], relax.Var) or uses[value.args[0]] != 1:
             continue
         rewritten = {}
@@ -46,7 +46,7 @@ def _undo(var: relax.Var, axes: list[int], values: dict, uses, rewritten: dict) 
         return False
     args = []
     for arg in value.args:
-        inner = _axes(values.get(arg)) if isinstance(arg, relax.Var) else None
+        inner = permutation(values.get(arg)) if isinstance(arg, relax.Var) else None
         if scalar_operand(arg):
             args.append(arg)
         elif inner is not None and all(inner[axes[i]] == i for i in range(len(axes))):
@@ -58,10 +58,3 @@ def _undo(var: relax.Var, axes: list[int], values: dict, uses, rewritten: dict) 
     rewritten[var] = relax.Call(value.op, args, value.attrs, value.ty_args)
     return True
 
-
-def _axes(value) -> list[int] | None:
-    if not is_op(value, "relax.permute_dims"):
-        return None
-    if value.attrs.axes is not None:
-        return [int(a) for a in value.attrs.axes]
-    return list(range(value.args[0].ty.ndim))[::-1]

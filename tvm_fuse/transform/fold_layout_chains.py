@@ -17,7 +17,7 @@ from tvm import relax, tirx
 from tvm.sym import Analyzer
 
 from .. import provenance
-from .rebind import is_op, rebind_pass, use_counts
+from .rebind import is_op, permutation, rebind_pass, use_counts
 
 MOVES = ("relax.permute_dims", "relax.reshape", "relax.layout_transform")
 
@@ -87,8 +87,8 @@ def _folded(chain: list[relax.Call]) -> relax.Expr | None:
 
 def _moved(move: relax.Call, indices: list, shape: list[int]) -> tuple[list, list[int]]:
     """Where a move sends the element at `indices` of a tensor of `shape`, and its new shape."""
-    if is_op(move, "relax.permute_dims"):
-        axes = [int(a) for a in move.attrs.axes] if move.attrs.axes is not None else range(len(shape))[::-1]
+    axes = permutation(move)
+    if axes is not None:
         return [indices[a] for a in axes], [shape[a] for a in axes]
     if is_op(move, "relax.reshape"):
         new_shape = _static_shape(move)

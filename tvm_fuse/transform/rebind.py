@@ -84,6 +84,16 @@ def is_op(expr, *names: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
 
 
+def permutation(value) -> list[int] | None:
+    """The axes of a `permute_dims` call (its default, all reversed, spelled out); None for
+    any other value."""
+    if not is_op(value, "relax.permute_dims"):
+        return None
+    if value.attrs.axes is not None:
+        return [int(a) for a in value.attrs.axes]
+    return list(range(value.args[0].ty.ndim))[::-1]
+
+
 def scalar_operand(arg) -> bool:
     """A 0-d constant or a value that is no tensor (clip bounds): the same in every layout."""
     if isinstance(arg, tvm.ir.GenericConst):
