@@ -10,21 +10,27 @@ import re
 import numpy as np
 import pytest
 import tvm
+from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
 import tvm_fuse
+from tests.conftest import ort_outputs
 from tests.quantization.models import residual_block
 from tests.quantization.test_int8_build import TABLE
 from tests.schedules.test_amx import PROGRAMS, SAPPHIRE_RAPIDS, TILE_INSTRUCTION, _amx_target_build, _executable
 from tvm_fuse import QuantConfig
-from tvm_fuse.compute.bf16 import bits_of, value_of
+from tvm_fuse.compute.bf16 import bits_of, pack_pairs, value_of
+from tvm_fuse.compute.conv import fold_row_taps, fold_weight_taps, merge_input_blocks
 from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.quantization.weights import pack_vnni
 from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
-from tvm_fuse.target import parse_target
+from tvm_fuse.target import host_cpu, parse_target
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
+# The host's vector units, AMX switched off where it has it.
+VECTOR_HOST = f"llvm -mcpu={host_cpu()} -mattr=-amx-tile,-amx-int8,-amx-bf16"
 # (input blocks, block, output blocks, size, kernel, stride, padding, dilation)
 WINDOWS = [(2, 16, 2, 8, 1, 1, 0, 1), (2, 16, 3, 8, 3, 1, 1, 1), (1, 16, 4, 9, 3, 2, 1, 1),
            (1, 8, 1, 10, 3, 1, 2, 2), (2, 16, 2, 7, 1, 2, 0, 1)]
@@ -135,7 +141,7 @@ def test_an_int8_model_for_sapphire_rapids_runs_its_convs_on_tiles():
 def test_an_int8_model_on_tiles_equals_its_vnni_build_exactly(monkeypatch):
     """Both sum the same integer products exactly, and share their epilogue."""
     x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
-    (vnni,) = tvm_fuse.build(residual_block(), "native", quantize=QuantConfig(calibration=TABLE)).run(None, {"x": x})
+    (vnni,) = tvm_fuse.build(residual_block(), VECTOR_HOST, quantize=QuantConfig(calibration=TABLE)).run(None, {"x": x})
     model = _amx_target_build(residual_block(), monkeypatch, quantize=QuantConfig(calibration=TABLE))
     assert not TILE_INSTRUCTION.search(model.assembly()) and "vpdpbusd" not in model.assembly()  # emulated tiles
     (tiles,) = model.run(None, {"x": x})
@@ -146,9 +152,107 @@ def test_an_int8_model_on_tiles_equals_its_vnni_build_exactly(monkeypatch):
 def test_a_bf16_model_on_tiles_matches_its_vdpbf16ps_build(monkeypatch):
     x = np.random.default_rng(0).standard_normal((1, 32, 16, 16)).astype(np.float32)
     monkeypatch.setenv(WINOGRAD_SWITCH, "1")  # the vector build's 3x3 as a direct conv, as on tiles
-    (vector,) = tvm_fuse.build(residual_block(), "native", precision="bf16").run(None, {"x": x})
+    (vector,) = tvm_fuse.build(residual_block(), VECTOR_HOST, precision="bf16").run(None, {"x": x})
     model = _amx_target_build(residual_block(), monkeypatch, precision="bf16")
     assert "vdpbf16ps" not in model.assembly()  # every conv on (emulated) tiles
     (tiles,) = model.run(None, {"x": x})
     # The same rounded products, summed in another order.
     np.testing.assert_allclose(tiles, vector, rtol=0, atol=1e-5 * np.abs(vector).max())
+
+
+def _merged(data: np.ndarray, group: int) -> np.ndarray:
+    """NCHW{c}c data with `group` neighbouring blocks side by side (`merge_channel_blocks`)."""
+    n, chunks, h, w, block = data.shape
+    return data.reshape(n, chunks // group, group, h, w, block).transpose(0, 1, 3, 4, 2, 5).reshape(
+        n, chunks // group, h, w, group * block)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("kind, chunks, group", [("int8", 4, 4), ("int8", 6, 3), ("bf16", 4, 2)])
+def test_a_conv_on_tiles_reads_neighbouring_input_blocks_as_one_tile_row(kind, chunks, group, program):
+    """A 64-byte tile row holds 4 u8 blocks of 16 channels or 2 bf16 ones (`amx_input_blocks`):
+    the weights merged as the data is, the same conv."""
+    rng = np.random.default_rng(0)
+    pack, dtype = (4, "uint8") if kind == "int8" else (2, "uint16")
+    codes = rng.integers(-128, 128, (2, chunks, 3, 3, 16, 16)) if kind == "int8" else rng.standard_normal((2, chunks, 3, 3, 16, 16))
+    pack_weight = pack_vnni if kind == "int8" else pack_pairs
+    data = rng.integers(0, 256, (1, chunks, 6, 6, 16), dtype=np.uint8) if kind == "int8" \
+        else bits_of(rng.standard_normal((1, chunks, 6, 6, 16)).astype(np.float32))
+    weight = pack_weight(codes.astype(np.int8) if kind == "int8" else codes.astype(np.float32))
+    merged = pack_weight(merge_input_blocks(codes.astype(np.int8) if kind == "int8" else codes.astype(np.float32), group))
+    plain = (lambda x: x) if kind == "int8" else value_of
+    expected = _reference(plain(data), plain(weight), 1, 1, 1)
+    x = te.placeholder(data.shape, dtype, name="data")
+    w = te.placeholder(merged.shape, merged.dtype, name="weight")
+    out = conv2d_nchwc_int8(x, w, (1, 1), (1,) * 4, (1, 1), amx=True) if kind == "int8" \
+        else conv2d_nchwc_bf16(x, w, (1, 1), (1,) * 4, (1, 1), amx=True)
+    ours = _run(te.create_prim_func([x, w, out]), program, [data, merged], expected)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=0 if kind == "int8" else 1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("kind, block", [("int8", 4), ("bf16", 3)])
+def test_a_stem_conv_on_tiles_reads_each_row_of_taps_as_one_tile_row(kind, block, program):
+    """An image's channels x a 7x7 window at stride 2 (`fold_row_taps`): 7 taps of a row in one
+    tile step, padding read as the zero point (int8) or zero (bf16); the same conv."""
+    rng = np.random.default_rng(0)
+    if kind == "int8":
+        data = rng.integers(0, 256, (1, 1, 18, 18, block), dtype=np.uint8)
+        codes = rng.integers(-128, 128, (1, 1, 7, 7, block, 16)).astype(np.int8)
+        weight, folded, pad_value = pack_vnni(codes), pack_vnni(fold_weight_taps(codes)), 3
+        plain, dtype = (lambda x: x), "uint8"
+    else:
+        data = rng.standard_normal((1, 1, 18, 18, block)).astype(np.float32)
+        codes = rng.standard_normal((1, 1, 7, 7, block, 16)).astype(np.float32)
+        weight, folded, pad_value = pack_pairs(codes), pack_pairs(fold_weight_taps(codes)), 0
+        plain, dtype = value_of, "float32"
+    reference_data = data if kind == "int8" else np.pad(value_of(bits_of(data)), [(0, 0)] * 4 + [(0, 1)])
+    expected = _reference(reference_data, plain(weight), 2, 3, 1, pad_value=pad_value)
+    x = te.placeholder(data.shape, dtype, name="data")
+    w = te.placeholder(folded.shape, folded.dtype, name="weight")
+    taps, *geometry = fold_row_taps(x, 7, (2, 2), (3,) * 4, (1, 1), pad_value=pad_value)
+    out = conv2d_nchwc_int8(taps, w, *geometry, amx=True) if kind == "int8" \
+        else conv2d_nchwc_bf16(taps, w, *geometry, amx=True)
+    ours = _run(te.create_prim_func([x, w, out]), program, [data, folded], expected)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=0 if kind == "int8" else 1e-5 * np.abs(expected).max())
+
+
+def _stem(seed: int = 0):
+    """An image's 3 channels -> 7x7 stride-2 conv of 16 + ReLU -> 1x1 conv of 32."""
+    rng = np.random.default_rng(seed)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+               for name, shape in (("w1", (16, 3, 7, 7)), ("b1", (16,)), ("w2", (32, 16, 1, 1)), ("b2", (32,)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="stem", strides=[2, 2], pads=[3, 3, 3, 3]),
+             helper.make_node("Relu", ["c1"], ["a"], name="relu"),
+             helper.make_node("Conv", ["a", "w2", "b2"], ["y"], name="head")]
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("kind, instruction, vector", [("bf16", "tdpbf16ps", "vdpbf16ps"),
+                                                       ("int8", "tdpbusd", "vpdpbusd")])
+def test_a_stem_conv_for_sapphire_rapids_runs_on_tiles(kind, instruction, vector):
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    options = {"precision": "bf16"} if kind == "bf16" else {"quantize": QuantConfig(calibration=[{"x": x}])}
+    assembly = tvm_fuse.build(_stem(), SAPPHIRE_RAPIDS, **options).assembly()
+    assert re.search(rf"{instruction}\s+%tmm", assembly) and vector not in assembly
+
+
+@pytest.mark.bf16
+def test_a_bf16_stem_on_tiles_matches_onnx_runtime(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    model = _amx_target_build(_stem(), monkeypatch, precision="bf16")
+    (ours,), (reference,) = model.run(None, {"x": x}), ort_outputs(_stem(), {"x": x})
+    assert np.abs(ours - reference).max() <= 1e-2 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_an_int8_stem_on_tiles_equals_its_vnni_build_exactly(monkeypatch):
+    x = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    table = QuantConfig(calibration=[{"x": x}])
+    (vnni,) = tvm_fuse.build(_stem(), VECTOR_HOST, quantize=table).run(None, {"x": x})
+    (tiles,) = _amx_target_build(_stem(), monkeypatch, quantize=table).run(None, {"x": x})
+    np.testing.assert_array_equal(tiles, vnni)

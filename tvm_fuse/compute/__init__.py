@@ -33,6 +33,15 @@ def fits_amx_conv(in_block: int, element_bytes: int, out_block: int, out_width: 
         and out_block == AMX_COLUMNS and out_width > 1
 
 
+def amx_input_blocks(in_block: int, element_bytes: int, in_chunks: int) -> int:
+    """How many neighbouring input channel blocks of an NCHW{in_block}c conv on AMX tiles one
+    tile row holds: the most whose bytes fit the row's 64 and that divide the input's
+    `in_chunks` blocks. A row of one 16-channel block is half a bf16 tile step's depth and a
+    quarter of an int8 one's, at the cost of a whole step."""
+    fitting = range(1, AMX_ROW_BYTES // (in_block * element_bytes) + 1)
+    return max(group for group in fitting if in_chunks % group == 0)
+
+
 def amx_conv_attrs(strides, dilation) -> dict:
     """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
     tile program needs (`schedules.conv_amx`)."""

@@ -10,7 +10,7 @@ from tvm import te, tirx
 
 from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import sliding_window
+from .conv import merge_channel_blocks, sliding_window
 
 CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
@@ -21,8 +21,13 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ip, p} bf16(data[n, ic, y*s+ky*d, x*s+kx*d, ip*2+p]) *
     w[oc, ic, ky, kx, ip, ob, p]` in fp32, `w` the bf16 bits of `compute.bf16.pack_pairs`.
     `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`).
-    `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx_conv`."""
+    `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx_conv`;
+    their weights' input block may be several of the data's (`compute.amx_input_blocks`), which
+    the data's are merged into as it is padded."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_pairs, out_block, pair = weight.shape
+    group = int(in_pairs) * PAIR // int(data.shape[-1])
+    if group > 1:
+        data = merge_channel_blocks(data, group)
     padded, (out_h, out_w), taps, at = sliding_window(
         _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1)
     ic = te.reduce_axis((0, in_chunks), name="ic")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm import te
 
 from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
-from .conv import sliding_window
+from .conv import merge_channel_blocks, sliding_window
 
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
@@ -23,8 +23,13 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     real zero, so that the weights' zero-point correction (a constant per output channel,
     folded into the bias) holds at the borders too. `vnni`: the dot product the schedule
     tensorizes with (`DOT_PRODUCT_ATTR`: "vnni" or "avx512"). `amx`: computed on AMX tiles
-    (`tdpbusd`) instead, where the shape `compute.fits_amx_conv`."""
+    (`tdpbusd`) instead, where the shape `compute.fits_amx_conv`; their weights' input block may
+    be several of the data's (`compute.amx_input_blocks`), which the data's are merged into as it
+    is padded."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_quads, out_block, quad = weight.shape
+    group = int(in_quads) * QUAD // int(data.shape[-1])
+    if group > 1:
+        data = merge_channel_blocks(data, group)
     padded, (out_h, out_w), taps, at = sliding_window(
         data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point)
     ic = te.reduce_axis((0, in_chunks), name="ic")

@@ -32,8 +32,8 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute import fits_amx, fits_amx_conv, requantize
-from ..compute.conv import is_depthwise
+from ..compute import amx_input_blocks, fits_amx, fits_amx_conv, requantize
+from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import (
     dense_int8,
@@ -138,17 +138,25 @@ class _Realizer(PyExprMutator):
         args = [self.visit_expr(a) for a in call.args]
         data_scale = self.codes.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
-        weight, multiplier, correction = self._weights(args[weight_position].value.numpy(), data_scale,
-                                                       int(args[data_position].ty.shape[-1]))
+        data_block, in_chunks = int(args[data_position].ty.shape[-1]), int(args[data_position].ty.shape[1])
+        out_block, out_width = int(args[weight_position].ty.shape[5]), int(anchor.ty.shape[3])
+        kernel_w = int(args[weight_position].ty.shape[3])
+        # one input block whose row of taps is a tile row (`fold_row_taps`), else the block as it is
+        fold = self.amx and in_chunks == 1 and kernel_w > 1 and fits_amx_conv(kernel_w * data_block, 1, out_block,
+                                                                              out_width)
+        tiles = fold or self.amx and fits_amx_conv(data_block, 1, out_block, out_width)
+        group = amx_input_blocks(data_block, 1, in_chunks) if tiles and not fold else 1
+        weight, multiplier, correction = self._weights(
+            args[weight_position].value.numpy(), data_scale, data_block,
+            fold_weight_taps if fold else lambda codes: merge_input_blocks(codes, group))
         args[weight_position] = relax.const(weight)
         residual = None
         if conv.residual:  # the one operand neither data nor constant
             operand = next(a for i, a in enumerate(call.args) if i != data_position and isinstance(a, relax.Var))
             residual = self.codes.get(operand) or self.table.tensors[conv.residual]
         output = self.codes.get(binding.var)
-        tiles = self.amx and fits_amx_conv(int(args[data_position].ty.shape[-1]), 1, int(weight.shape[5]),
-                                           int(anchor.ty.shape[3]))
-        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni, tiles)
+        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni, tiles,
+                                kernel_w if fold else 0)
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
@@ -269,10 +277,11 @@ class _Realizer(PyExprMutator):
             self.quantized[original] = self.builder_.emit(call)
         return self.quantized[original]
 
-    def _weights(self, weight: np.ndarray, data: TensorScale, data_block: int):
+    def _weights(self, weight: np.ndarray, data: TensorScale, data_block: int, arrange):
         """(packed s8 weights, the s32 -> real multiplier, [the s32 correction for the data's
         zero point] or [] for a zero point of 0), the last two per output channel as
-        (1, C, 1, 1, c). Input channels the data's padded block adds get zero weights."""
+        (1, C, 1, 1, c). Input channels the data's padded block adds get zero weights; the
+        codes are `arrange`d (input blocks merged or taps folded for AMX) before packing."""
         padding = [(0, 0)] * weight.ndim
         padding[4] = (0, data_block - weight.shape[4])
         weight = np.pad(weight, padding)
@@ -280,11 +289,12 @@ class _Realizer(PyExprMutator):
         per_channel = (1, scale.shape[0], 1, 1, scale.shape[1])
         correction = (-data.zero_point * codes.astype(np.int32).sum(axis=(1, 2, 3, 4))).astype(np.int32)
         corrections = [relax.const(correction.reshape(per_channel))] if data.zero_point else []
-        return pack_vnni(codes), (data.scale * scale).reshape(per_channel), corrections
+        return pack_vnni(arrange(codes)), (data.scale * scale).reshape(per_channel), corrections
 
 
 def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: TensorScale | None,
-                  output: TensorScale | None, vnni: bool, amx: bool):
+                  output: TensorScale | None, vnni: bool, amx: bool, folded_taps: int = 0):
+    """`folded_taps`: the kernel's width, if its rows of taps are folded into the input block."""
     attrs = anchor_call.attrs
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
 
@@ -292,7 +302,11 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
         composite_inputs, (multiplier, *correction) = tensors[:len(params)], tensors[len(params):]
 
         def anchor(_call, data, weight):
-            acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni, amx=amx)
+            if folded_taps:
+                data, *folded_geometry = fold_row_taps(data, folded_taps, *geometry, pad_value=zero_point)
+                acc = conv2d_nchwc_int8(data, weight, *folded_geometry, vnni=vnni, amx=amx)
+            else:
+                acc = conv2d_nchwc_int8(data, weight, *geometry, data_zero_point=zero_point, vnni=vnni, amx=amx)
             return requantize.dequantize_accumulator(acc, multiplier, *correction)
 
         def inputs(param, tensor):
