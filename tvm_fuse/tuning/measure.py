@@ -86,6 +86,7 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
     """Median milliseconds of the kernel `func_json` (`tvm.ir.save_json`) scheduled with
     `knobs`, its weights and outputs flushed from the caches before each run, as in a model;
     on a machine of TVM's RPC tracker `rpc` = (host, port, key) when given, else here."""
+    from ..amx import amx_permitted, uses_tiles
     from ..pipeline import TIR_PIPELINE
     from ..schedules import KNOBS_ATTR, apply
     from ..target import parse_target
@@ -95,8 +96,10 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
     scheduled = apply(func, lanes, knobs)
     if scheduled.attrs is None or scheduled.attrs.get(KNOBS_ATTR) != "tuned":
         raise ValueError(f"knobs {knobs} do not apply to this kernel")
-    kernel = tvm.compile(tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")}),
-                         target=parse_target(target), tir_pipeline=TIR_PIPELINE)
+    mod = tvm.IRModule({"main": scheduled.with_attr("global_symbol", "main")})
+    if rpc is None and uses_tiles(mod) and not amx_permitted():  # asks, as a model's run does
+        raise RuntimeError("the kernel runs AMX tile programs, which the OS does not permit this process")
+    kernel = tvm.compile(mod, target=parse_target(target), tir_pipeline=TIR_PIPELINE)
     module, device = _remote(kernel, *rpc) if rpc is not None else (kernel.mod, tvm.cpu())
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(rng.standard_normal([static_dim(d) for d in p.shape]).astype(str(p.dtype)), device=device)
