@@ -92,6 +92,22 @@ def divisor(extent, choices) -> int:
     return next((c for c in choices if divides(c, extent)), 1)
 
 
+PARALLEL_MIN = 64  # fuse leading loops until there is this much parallel work
+
+
+def parallelize_leading(sch: s_tir.Schedule, loops) -> None:
+    """Fuse `loops` from the first until they hold `PARALLEL_MIN` iterations (a symbolic
+    extent counts as that many), into one parallel loop."""
+    lead, extent = [], 1
+    for loop in loops:
+        lead.append(loop)
+        extent *= static_extent(sch.get(loop).extent) or PARALLEL_MIN
+        if extent >= PARALLEL_MIN:
+            break
+    if lead:
+        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
+
+
 def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
     """Split the block's innermost loop by the widest of lanes, lanes/2, ... that divides it."""
     loop = sch.get_loops(block)[-1]

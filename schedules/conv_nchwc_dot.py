@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from tvm import s_tir
 
-from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, static_extent, store_tile,
-                     vectorize_innermost)
+from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, parallelize_leading,
+                     static_extent, store_tile, vectorize_innermost)
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
@@ -95,7 +95,8 @@ def inline_elementwise(sch: s_tir.Schedule, anchor):
 
 def input_pass(sch: s_tir.Schedule, anchor, lanes: int) -> None:
     """The anchor's direct producers (its padded input, rounded to bf16 or normalized as it is
-    read) as passes of their own: parallel over their two outer loops, vectorized inside."""
+    read) as passes of their own: parallel over their outer loops (batch and channel blocks,
+    and rows where those are few: an image's one block), vectorized inside."""
     for producer in sch.get_producers(anchor):
-        sch.parallel(sch.fuse(*sch.get_loops(producer)[:2]))
+        parallelize_leading(sch, sch.get_loops(producer)[:-1])
         vectorize_innermost(sch, producer, lanes)

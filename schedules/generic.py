@@ -16,7 +16,8 @@ import tvm
 from tvm import s_tir
 from tvm.sym import Analyzer
 
-_PARALLEL_MIN = 64  # fuse leading loops until there is this much parallel work
+from .common import parallelize_leading
+
 # Stored a vector at a time (LLVM cannot vectorize stores of bool).
 _VECTOR_DTYPES = {"float32", "int32", "uint8", "int8", "uint16", "int16"}
 
@@ -61,7 +62,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
         spatial = [loop for loop, it in zip(loops, iters) if it.iter_type == 0]  # data parallel
         if len(spatial) != len(loops[: len(spatial)]) or not spatial:
             continue
-        _parallelize_leading(sch, spatial[:-1])
+        parallelize_leading(sch, spatial[:-1])
         if window:
             lane = spatial[-1]
             sch.reorder(*loops[len(spatial):], lane)
@@ -74,19 +75,6 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
             _, inner = sch.split(innermost, [None, lanes])
             sch.vectorize(inner)
     return sch.mod["main"]
-
-
-def _parallelize_leading(sch: s_tir.Schedule, loops) -> None:
-    """Fuse `loops` from the first until they hold `_PARALLEL_MIN` iterations (a symbolic
-    extent counts as that many), into one parallel loop."""
-    lead, extent = [], 1
-    for loop in loops:
-        lead.append(loop)
-        extent *= _extent(sch, loop) or _PARALLEL_MIN
-        if extent >= _PARALLEL_MIN:
-            break
-    if lead:
-        sch.parallel(sch.fuse(*lead) if len(lead) > 1 else lead[0])
 
 
 def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
@@ -134,7 +122,7 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
         outer[i], inner[i] = sch.split(loops[i], [None, factors[i]])
     ordered = [outer.get(i, loop) for i, loop in enumerate(loops)]
     sch.reorder(*ordered, inner[scalar], inner[vector])
-    _parallelize_leading(sch, ordered)
+    parallelize_leading(sch, ordered)
     sch.unroll(inner[scalar])
     sch.vectorize(inner[vector])
     return True
