@@ -35,7 +35,7 @@ from . import (
     winograd_nchwc,
     winograd_nchwc_bf16,
 )
-from .amx import Tiles
+from .amx import ConvTiles, Tiles
 from .common import anchor_block
 
 
@@ -70,7 +70,7 @@ RULES = {
                                 dense_dot.knob_space),
     "tvm_fuse.dense_int8_groups": Rule(dense_int8.schedule_groups, dense_packed.DensePackedKnobs,
                                        dense_int8.default_group_knobs, dense_int8.group_knob_space),
-    "tvm_fuse.conv_nchwc_amx": Rule(conv_amx.schedule, Tiles, conv_amx.default_knobs, conv_amx.knob_space),
+    "tvm_fuse.conv_nchwc_amx": Rule(conv_amx.schedule, ConvTiles, conv_amx.default_knobs, conv_amx.knob_space),
     "tvm_fuse.dense_amx": Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
     "tvm_fuse.dense_amx_groups": Rule(dense_amx.schedule_groups, Tiles, dense_amx.default_group_knobs,
                                       dense_amx.group_knob_space),
