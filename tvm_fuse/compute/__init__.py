@@ -42,6 +42,24 @@ def amx_input_blocks(in_block: int, element_bytes: int, in_chunks: int) -> int:
     return max(group for group in fitting if in_chunks % group == 0)
 
 
+def amx_conv_layout(in_block: int, element_bytes: int, in_chunks: int, kernel_w: int, out_block: int,
+                    out_width: int) -> tuple[bool, int] | None:
+    """How an NCHW{in_block}c conv (groups of 1) runs on AMX tiles: (fold, group). `fold`: over
+    one input block whose row of kernel taps is a tile row (`conv.fold_row_taps`); otherwise
+    `group` neighbouring input blocks per tile row (`amx_input_blocks`). None where its shape
+    does not fit tiles (`fits_amx_conv`). Rows are counted in whole 4-byte words (an odd bf16
+    block gets a zero channel)."""
+    def words(values: int) -> int:
+        return values + -values % (4 // element_bytes)
+
+    if in_chunks == 1 and kernel_w > 1 and fits_amx_conv(words(kernel_w * in_block), element_bytes, out_block,
+                                                         out_width):
+        return True, 1
+    if fits_amx_conv(words(in_block), element_bytes, out_block, out_width):
+        return False, amx_input_blocks(in_block, element_bytes, in_chunks)
+    return None
+
+
 def amx_conv_attrs(strides, dilation) -> dict:
     """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
     tile program needs (`schedules.conv_amx`)."""

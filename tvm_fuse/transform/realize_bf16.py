@@ -40,7 +40,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
-from ..compute import amx_input_blocks, fits_amx, fits_amx_conv
+from ..compute import amx_conv_layout, fits_amx
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
 from ..compute.winograd_nchwc_bf16 import (
@@ -116,16 +116,18 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     in_block, out_block = (int(weight.ty.shape[axis]) for axis in (4, 5))
     if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1) or out_block not in BF16_OUT_BLOCKS:
         return None
-    out_width, kernel_w = int(anchor.ty.shape[3]), int(weight.ty.shape[3])
+    kernel_w = int(weight.ty.shape[3])
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
-    row = kernel_w * in_block
-    if amx and int(weight.ty.shape[1]) == 1 and kernel_w > 1 and fits_amx_conv(row + row % PAIR, 2, out_block, out_width):
+    layout = amx_conv_layout(in_block, 2, int(weight.ty.shape[1]), kernel_w, out_block, int(anchor.ty.shape[3])) \
+        if amx else None
+    fold, group = layout or (False, 1)
+    if fold:
         def folded_conv(_call, data, packed_weight):
             folded, *folded_geometry = fold_row_taps(data, kernel_w, *geometry)
             return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True)
 
         return position, lambda: pack_pairs(fold_weight_taps(weight.value.numpy())), folded_conv, "bf16_"
-    tiles = amx and fits_amx_conv(in_block + in_block % PAIR, 2, out_block, out_width)
+    tiles = layout is not None
     out_channels = int(weight.ty.shape[0]) * out_block
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
     tile = winograd_tile(anchor, table) if winograd_enabled() and not tiles and not in_block % PAIR else None
@@ -133,7 +135,6 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    group = amx_input_blocks(in_block, 2, int(weight.ty.shape[1])) if tiles else 1
     return position, lambda: pack_pairs(merge_input_blocks(weight.value.numpy(), group)), \
         lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles), "bf16_"
 

@@ -32,7 +32,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute import amx_input_blocks, fits_amx, fits_amx_conv, requantize
+from ..compute import amx_conv_layout, fits_amx, requantize
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import (
@@ -138,14 +138,11 @@ class _Realizer(PyExprMutator):
         args = [self.visit_expr(a) for a in call.args]
         data_scale = self.codes.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
-        data_block, in_chunks = int(args[data_position].ty.shape[-1]), int(args[data_position].ty.shape[1])
-        out_block, out_width = int(args[weight_position].ty.shape[5]), int(anchor.ty.shape[3])
-        kernel_w = int(args[weight_position].ty.shape[3])
-        # one input block whose row of taps is a tile row (`fold_row_taps`), else the block as it is
-        fold = self.amx and in_chunks == 1 and kernel_w > 1 and fits_amx_conv(kernel_w * data_block, 1, out_block,
-                                                                              out_width)
-        tiles = fold or self.amx and fits_amx_conv(data_block, 1, out_block, out_width)
-        group = amx_input_blocks(data_block, 1, in_chunks) if tiles and not fold else 1
+        data_block, kernel_w = int(args[data_position].ty.shape[-1]), int(args[weight_position].ty.shape[3])
+        layout = amx_conv_layout(data_block, 1, int(args[data_position].ty.shape[1]), kernel_w,
+                                 int(args[weight_position].ty.shape[5]), int(anchor.ty.shape[3])) if self.amx else None
+        tiles = layout is not None
+        fold, group = layout or (False, 1)
         weight, multiplier, correction = self._weights(
             args[weight_position].value.numpy(), data_scale, data_block,
             fold_weight_taps if fold else lambda codes: merge_input_blocks(codes, group))
