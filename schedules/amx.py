@@ -83,11 +83,27 @@ class Tiles:
 
 @dataclass(frozen=True)
 class ConvTiles(Tiles):
-    """A conv's tiles (`conv_tile_product`): `blocks` C blocks of `Tiles` in turn, along the
-    output channels, in one tile program. Each program loads the tile configuration once: on
-    the AMX host, a second load (and release) in each of ResNet-50 bf16's programs added 9% to
-    its kernels' time."""
+    """A conv's tiles (`conv_tile_product`): a C block of `output_rows` output rows of
+    `row_tiles` tiles each, by `column_tiles`; `blocks` such C blocks in turn, along the output
+    channels, in one tile program. Each program loads the tile configuration once: on the AMX
+    host, a second load (and release) in each of ResNet-50 bf16's programs added 9% to its
+    kernels' time. The A tiles take turns in the registers the C and B tiles leave
+    (`a_registers`), each loaded just before its products: a block of several output rows
+    reuses each B tile (weights, which the 7x7 and 14x14 stages read from L2) for more pixels."""
     blocks: int = 1
+    output_rows: int = 1
+
+    @property
+    def pixel_tiles(self) -> int:
+        """A tiles per reduction step: one per `rows` output pixels of a row."""
+        return self.output_rows * self.row_tiles
+
+    @property
+    def a_registers(self) -> int:
+        return min(self.pixel_tiles, TILE_REGISTERS - (self.pixel_tiles + 1) * self.column_tiles)
+
+    def fits(self) -> bool:
+        return 1 <= self.rows <= MAX_ROWS and self.a_registers >= 1
 
 
 def tile_product(kind: TileKind, tiles: Tiles, k: int) -> str:
@@ -105,19 +121,20 @@ def tile_product(kind: TileKind, tiles: Tiles, k: int) -> str:
 class ConvWindow:
     """The reduction of one output pixel of an NCHW{block}c conv: `chunks` input channel
     blocks of `block` channels, a `kernel_h` x `kernel_w` window at `dilation`, and the input
-    step between neighbouring output pixels of a row (`stride`)."""
+    steps between neighbouring output pixels of a row (`stride`) and of a column (`stride_h`)."""
     chunks: int
     block: int
     kernel_h: int
     kernel_w: int
     stride: int
+    stride_h: int
     dilation_h: int
     dilation_w: int
 
-    def span(self, pixels: int) -> tuple[int, int]:
-        """(rows, columns) of the input that `pixels` neighbouring outputs of a row read."""
+    def span(self, rows: int, pixels: int) -> tuple[int, int]:
+        """(rows, columns) of the input that `rows` x `pixels` neighbouring outputs read."""
         columns = (pixels - 1) * self.stride + (self.kernel_w - 1) * self.dilation_w + 1
-        return (self.kernel_h - 1) * self.dilation_h + 1, columns
+        return (rows - 1) * self.stride_h + (self.kernel_h - 1) * self.dilation_h + 1, columns
 
 
 def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> str:
@@ -128,8 +145,9 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
     at the stride), the B tile the tap's packed weights, registering it on first use."""
     emulated = _EMULATED.get()
     w = window
-    name = (f"tvm_fuse.amx_conv_{kind.name}_{tiles.blocks}x{tiles.row_tiles}x{tiles.rows}_{tiles.column_tiles}x{COLUMNS}"
-            f"_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}_s{w.stride}_d{w.dilation_h}x{w.dilation_w}"
+    name = (f"tvm_fuse.amx_conv_{kind.name}_{tiles.blocks}x{tiles.output_rows}x{tiles.row_tiles}x{tiles.rows}"
+            f"_{tiles.column_tiles}x{COLUMNS}_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}"
+            f"_s{w.stride_h}x{w.stride}_d{w.dilation_h}x{w.dilation_w}"
             + ("_emulated" if emulated else ""))
     if TensorIntrin.get(name, allow_missing=True) is None:
         row_bytes = window.block * _size(kind.a)  # an A tile row: whole 4-byte words, at most 64 bytes
@@ -143,12 +161,12 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
 def _conv_shapes(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tuple:
     """The shapes of the conv program's operands: A the input window [chunks, rows, columns,
     block], B the weights of its output blocks [blocks x column_tiles, chunks, kh, kw,
-    block / pack, 16, pack], C the output blocks' accumulators [blocks x column_tiles, 1,
-    pixels, 16] (one output row)."""
+    block / pack, 16, pack], C the output blocks' accumulators [blocks x column_tiles,
+    output_rows, pixels, 16]."""
     pixels, w, out_blocks = tiles.rows * tiles.row_tiles, window, tiles.blocks * tiles.column_tiles
-    return ((w.chunks, *w.span(pixels), w.block),
+    return ((w.chunks, *w.span(tiles.output_rows, pixels), w.block),
             (out_blocks, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, COLUMNS, kind.pack),
-            (out_blocks, 1, pixels, COLUMNS))
+            (out_blocks, tiles.output_rows, pixels, COLUMNS))
 
 
 def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.PrimFunc:
@@ -156,20 +174,20 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
     loop order `schedules.conv_amx` leaves; a loop of one iteration (a 1x1 kernel's taps, one
     column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
     w, pack = window, kind.pack
-    extents = dict(oc=tiles.blocks * tiles.column_tiles, x=tiles.rows * tiles.row_tiles, lane=COLUMNS, ic=w.chunks,
-                   ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
+    extents = dict(oc=tiles.blocks * tiles.column_tiles, y=tiles.output_rows, x=tiles.rows * tiles.row_tiles,
+                   lane=COLUMNS, ic=w.chunks, ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
     looped = [name for name, extent in extents.items() if extent > 1]
 
     with _conv_function("desc", kind, tiles, window) as ((A, B, C, _, _), made):
         with tb.grid(*extents.values()) as loops:
             with tb.sblock("update"):
-                kinds = "".join("S" if name in ("oc", "x", "lane") else "R" for name in looped)
+                kinds = "".join("S" if name in ("oc", "y", "x", "lane") else "R" for name in looped)
                 iterated = [loop for name, loop in zip(extents, loops) if name in looped]
                 bound = tb.axis.remap(kinds, iterated)
                 v = {name: tirx.const(0, "int32") for name in extents}
                 v.update(zip(looped, list(bound) if len(looped) > 1 else [bound]))
-                out = [v["oc"], 0, v["x"], v["lane"]]
-                pixel = A[v["ic"], v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
+                out = [v["oc"], v["y"], v["x"], v["lane"]]
+                pixel = A[v["ic"], v["y"] * w.stride_h + v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
                           v["g"] * pack + v["p"]]
                 weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
                 tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
@@ -183,9 +201,15 @@ def _whole(buffer: tirx.Buffer) -> list:
 def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: bool) -> tirx.PrimFunc:
     w = window
     _, b_shape, _ = _conv_shapes(kind, tiles, window)
-    c_tiles, a_tiles, b_tiles = _tile_numbers(tiles)
     tap_words = math.prod(b_shape[4:])  # B elements of one (block, tap): block / pack rows of 16 x pack
-    shapes = _shapes(kind, tiles, w.block * _size(kind.a))
+    c_count, b_count = tiles.pixel_tiles * tiles.column_tiles, tiles.column_tiles
+    c_tiles = {(t, c): t * tiles.column_tiles + c for t in range(tiles.pixel_tiles) for c in range(b_count)}
+    b_tiles = [c_count + c for c in range(b_count)]
+    a_tiles = [c_count + b_count + a for a in range(tiles.a_registers)]
+    row_bytes = w.block * _size(kind.a)
+    shapes = [(tiles.rows, ROW_BYTES, kind.c)] * c_count + [(row_bytes // 4, ROW_BYTES, kind.b)] * b_count \
+        + [(tiles.rows, row_bytes, kind.a)] * len(a_tiles)
+    placed = [divmod(t, tiles.row_tiles) for t in range(tiles.pixel_tiles)]  # (output row, tile of the row)
 
     with _conv_function("impl", kind, tiles, window) as ((A, B, C, a_strides, c_strides), made):
         with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine, \
@@ -194,18 +218,22 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
             for tile in c_tiles.values():
                 machine.zero(tile)
             with tb.grid(w.chunks, w.kernel_h, w.kernel_w) as (ic, ky, kx):
-                for r, tile in enumerate(a_tiles):
-                    pixel = r * tiles.rows * w.stride + kx * w.dilation_w
-                    offset = ic * a_strides[0] + ky * w.dilation_h * a_strides[1] + pixel * a_strides[2]
-                    machine.load(tile, A, offset, w.stride * a_strides[2])
                 tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
                 for c, tile in enumerate(b_tiles):
                     machine.load(tile, B, (((first + c) * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
                                  COLUMNS * kind.pack)
-                for (r, c), tile in c_tiles.items():
-                    machine.product(kind, tile, a_tiles[r], b_tiles[c])
-            for (r, c), tile in c_tiles.items():
-                machine.store(tile, C, (first + c) * c_strides[0] + r * tiles.rows * c_strides[2], c_strides[2])
+                for t, (y, r) in enumerate(placed):
+                    a_tile = a_tiles[t % len(a_tiles)]
+                    row = y * w.stride_h + ky * w.dilation_h
+                    pixel = r * tiles.rows * w.stride + kx * w.dilation_w
+                    machine.load(a_tile, A, ic * a_strides[0] + row * a_strides[1] + pixel * a_strides[2],
+                                 w.stride * a_strides[2])
+                    for c, b_tile in enumerate(b_tiles):
+                        machine.product(kind, c_tiles[t, c], a_tile, b_tile)
+            for (t, c), tile in c_tiles.items():
+                y, r = placed[t]
+                machine.store(tile, C, (first + c) * c_strides[0] + y * c_strides[1] + r * tiles.rows * c_strides[2],
+                              c_strides[2])
     return made[0]
 
 

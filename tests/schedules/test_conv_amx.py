@@ -6,6 +6,7 @@ permitted (`tests/schedules/test_amx.py`'s PROGRAMS); whole models built for a t
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -25,7 +26,7 @@ from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.quantization.weights import pack_vnni
-from tvm_fuse.schedules import KNOBS_ATTR, apply, conv_amx, knob_space
+from tvm_fuse.schedules import KNOBS_ATTR, ConvTiles, apply, conv_amx, knob_space
 from tvm_fuse.target import host_cpu, parse_target
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
@@ -115,13 +116,29 @@ def test_every_conv_tile_setting_computes_the_same_conv(program):
     expected = _reference(data, weight, 1, 1, 1, pad_value=3)
     settings = knob_space(_int8_kernel(window), 16)
     assert len(settings) > 10 and {k["blocks"] for k in settings} == {1, 2, 4}  # C blocks per program
+    assert {k["output_rows"] for k in settings} == {1, 2, 4}  # C blocks over several output rows
     for knobs in settings:
         scheduled = apply(_int8_kernel(window), 16, knobs)
         assert scheduled.attrs[KNOBS_ATTR] == "tuned", knobs
         np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
 
 
-@pytest.mark.parametrize("window, blocks", [((4, 16, 32, 14, 1, 1, 0, 1), 4),  # 4 C blocks of 2 x 16 channels
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_a_c_block_spans_output_rows_also_where_the_height_is_odd(kernel, program):
+    """A 7 x 7 output (ResNet-50's last stage) is computed in 8 rows, the last cut off, so that
+    C blocks of 7-pixel tiles on 2 or 4 output rows reuse each B tile (weights) 2 or 4 times."""
+    window = (2, 16, 2, 7, kernel, 1, kernel // 2, 1)
+    data, weight = _int8_operands(window)
+    expected = _reference(data, weight, 1, kernel // 2, 1, pad_value=3)
+    sch = tvm.s_tir.Schedule(_int8_kernel(window))
+    default = conv_amx.default_knobs(sch, sch.get_sblock("conv"), 16)
+    assert (default.rows, default.pixel_tiles, default.output_rows, default.column_tiles) == (7, 2, 2, 2)
+    for knobs in [None, asdict(ConvTiles(7, 1, 1, 1, 4)), asdict(ConvTiles(7, 1, 1, 2, 4))]:
+        np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
+
+
+@pytest.mark.parametrize("window, blocks", [((4, 16, 32, 14, 1, 1, 0, 1), 2),  # 2 C blocks of 2 x 16 channels
                                            ((4, 16, 2, 14, 1, 1, 0, 1), 1)])  # 1: the tasks stay parallel
 def test_a_conv_program_computes_several_c_blocks_in_turn_by_default(window, blocks):
     """One tile configuration for several C blocks: a load per block cost 9% of ResNet-50 bf16's

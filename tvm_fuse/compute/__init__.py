@@ -60,8 +60,15 @@ def amx_conv_layout(in_block: int, element_bytes: int, in_chunks: int, kernel_w:
     return None
 
 
+# The rows of an AMX conv's output rounded up to a multiple of this (the rest cut off): a tile
+# program may then span neighbouring output rows (`schedules.amx.ConvTiles.output_rows`) also
+# where the height is odd (ResNet-50's 7 x 7 stage).
+AMX_ROW_MULTIPLE = 2
+
+
 def amx_conv_attrs(strides, dilation) -> dict:
     """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
     tile program needs (`schedules.conv_amx`)."""
-    return {SCHEDULE_RULE: CONV_AMX_RULE, "stride": int(strides[1]), "dilation_h": int(dilation[0]),
+    return {SCHEDULE_RULE: CONV_AMX_RULE, "stride": int(strides[1]), "stride_h": int(strides[0]),
+            "dilation_h": int(dilation[0]),
             "dilation_w": int(dilation[1])}

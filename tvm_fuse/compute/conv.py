@@ -10,27 +10,45 @@ from . import SCHEDULE_RULE
 CONV_RULE = "tvm_fuse.conv_nchw"
 
 
-def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0):
+def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0,
+                   row_multiple: int = 1):
     """A window sliding over `data`'s spatial axes (those after N and C, but the last
     `trailing`, such as NCHWc's channel block): the input padded with `pad_value`, the output
     size, one reduction axis per kernel axis, and `at(y)`, the input position output `y` reads
     at the current kernel tap. `padding` lists the leading pads of every spatial axis, then the
-    trailing ones (Relax's order: top, left, bottom, right for 2-D)."""
+    trailing ones (Relax's order: top, left, bottom, right for 2-D). `row_multiple`: padding
+    at the bottom for the output's rows (the first spatial axis) rounded up to a multiple of it
+    (`round_up`), which the caller computes and `whole_rows` cuts off; the output size returned
+    is the conv's."""
     rank = len(kernel)
     before, after = list(padding[:rank]), list(padding[rank:])
     spatial = data.shape[2:len(data.shape) - trailing]
+    out_size = [(spatial[a] + before[a] + after[a] - dilation[a] * (kernel[a] - 1) - 1) // strides[a] + 1
+                for a in range(rank)]
+    after[0] += (round_up(out_size[0], row_multiple) - out_size[0]) * strides[0]
     padded = data
     if any(before + after):
         padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing],
                              pad_value=pad_value, name="pad")
-    out_size = [(spatial[a] + before[a] + after[a] - dilation[a] * (kernel[a] - 1) - 1) // strides[a] + 1
-                for a in range(rank)]
     taps = [te.reduce_axis((0, kernel[a]), name=f"k{a}") for a in range(rank)]
 
     def at(y):
         return [y[a] * strides[a] + taps[a] * dilation[a] for a in range(rank)]
 
     return padded, out_size, taps, at
+
+
+def round_up(rows, multiple: int):
+    """`rows` (static where `multiple` > 1) rounded up to a multiple of `multiple`."""
+    return rows if multiple == 1 else int(rows) + -int(rows) % multiple
+
+
+def whole_rows(out: te.Tensor, rows) -> te.Tensor:
+    """`out` (N, C, rows, ...) cut to its first `rows` rows: the output of a `sliding_window`
+    whose rows were rounded up."""
+    if int(out.shape[2]) == int(rows):
+        return out
+    return te.compute((*out.shape[:2], rows, *out.shape[3:]), lambda *i: out(*i), name="whole_rows")
 
 
 def merge_channel_blocks(data: te.Tensor, group: int) -> te.Tensor:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
+from . import AMX_ROW_MULTIPLE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import merge_channel_blocks, sliding_window
+from .conv import merge_channel_blocks, round_up, sliding_window, whole_rows
 
 CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
@@ -28,8 +28,10 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_pairs) * PAIR // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
+    rows = AMX_ROW_MULTIPLE if amx else 1
     padded, (out_h, out_w), taps, at = sliding_window(
-        _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1)
+        _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1,
+        row_multiple=rows)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     ip = te.reduce_axis((0, in_pairs), name="ip")
     p = te.reduce_axis((0, pair), name="p")
@@ -40,7 +42,9 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
-    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv", attrs=attrs)
+    out = te.compute((data.shape[0], out_chunks, round_up(out_h, rows), out_w, out_block), value, name="conv",
+                     attrs=attrs)
+    return whole_rows(out, out_h)
 
 
 def _paired_bits(data: te.Tensor, block: int) -> te.Tensor:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
-from .conv import merge_channel_blocks, sliding_window
+from . import AMX_ROW_MULTIPLE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
+from .conv import merge_channel_blocks, round_up, sliding_window, whole_rows
 
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
@@ -30,8 +30,10 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_quads) * QUAD // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
+    rows = AMX_ROW_MULTIPLE if amx else 1
     padded, (out_h, out_w), taps, at = sliding_window(
-        data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point)
+        data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point,
+        row_multiple=rows)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     iq = te.reduce_axis((0, in_quads), name="iq")
     q = te.reduce_axis((0, quad), name="q")
@@ -42,4 +44,6 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
-    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv", attrs=attrs)
+    out = te.compute((data.shape[0], out_chunks, round_up(out_h, rows), out_w, out_block), value, name="conv",
+                     attrs=attrs)
+    return whole_rows(out, out_h)
