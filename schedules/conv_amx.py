@@ -10,8 +10,8 @@ runs from there in AVX-512, as `schedules.dense_amx` does.
 
 The knobs are the tiles (`amx.ConvTiles`): pixels per tile (a divisor of the output width, at
 most 16), row tiles, output rows and column tiles, C + B tiles and an A tile within the 8 tile
-registers, and the C blocks per program. The compute rounds the output rows up to an even count
-(`compute.AMX_ROW_MULTIPLE`), so that a 7x7 output takes 2 rows per C block."""
+registers, and the C blocks per program. The compute rounds the output up to whole tiles
+(`compute.amx_conv_output`): a 7x7 output takes 2 rows per C block."""
 
 from __future__ import annotations
 

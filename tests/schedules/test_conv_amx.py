@@ -124,17 +124,22 @@ def test_every_conv_tile_setting_computes_the_same_conv(program):
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-@pytest.mark.parametrize("kernel", [1, 3])
-def test_a_c_block_spans_output_rows_also_where_the_height_is_odd(kernel, program):
-    """A 7 x 7 output (ResNet-50's last stage) is computed in 8 rows, the last cut off, so that
-    C blocks of 7-pixel tiles on 2 or 4 output rows reuse each B tile (weights) 2 or 4 times."""
-    window = (2, 16, 2, 7, kernel, 1, kernel // 2, 1)
+@pytest.mark.parametrize("size, kernel, computed, default", [(7, 1, (8, 7), ConvTiles(7, 1, 2, 1, 2)),
+                                                             (7, 3, (8, 7), ConvTiles(7, 1, 2, 1, 2)),
+                                                             (17, 3, (18, 18), ConvTiles(9, 2, 2, 1, 1))])
+def test_a_conv_on_tiles_computes_whole_tiles_and_crops(size, kernel, computed, default, program):
+    """A 7 x 7 output (ResNet-50's last stage) is computed in 8 rows, so that C blocks of 7-pixel
+    tiles on 2 or 4 output rows reuse each B tile (weights) 2 or 4 times; a row of 17 pixels
+    (no tile from 8 to 16 divides it; SqueezeNet's 111) in 18 (tiles of 9). The extra rows and
+    columns are cut off."""
+    window = (2, 16, 2, size, kernel, 1, kernel // 2, 1)
     data, weight = _int8_operands(window)
     expected = _reference(data, weight, 1, kernel // 2, 1, pad_value=3)
     sch = tvm.s_tir.Schedule(_int8_kernel(window))
-    default = conv_amx.default_knobs(sch, sch.get_sblock("conv"), 16)
-    assert (default.rows, default.pixel_tiles, default.output_rows, default.column_tiles) == (7, 2, 2, 2)
-    for knobs in [None, asdict(ConvTiles(7, 1, 1, 1, 4)), asdict(ConvTiles(7, 1, 1, 2, 4))]:
+    block = sch.get_sblock("conv")
+    assert [int(loop.extent) for loop in map(sch.get, sch.get_loops(block)[2:4])] == list(computed)
+    assert conv_amx.default_knobs(sch, block, 16) == default
+    for knobs in [None, asdict(ConvTiles(default.rows, 1, 1, 1, 2)), asdict(ConvTiles(default.rows, 1, 1, 2, 2))]:
         np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
 
 

@@ -12,6 +12,8 @@ DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # a bf16 or u8 x s8 dense product on AMX 
 CONV_AMX_RULE = "tvm_fuse.conv_nchwc_amx"  # an int8 or bf16 NCHW{c}c conv on AMX tiles (`schedules.conv_amx`)
 AMX_COLUMNS = 16  # C columns per AMX tile: a dense weight's packing block must be this
 AMX_ROW_BYTES = 64  # bytes of K per AMX tile row: K times the input's bytes must be a multiple
+AMX_ROWS = 16  # rows per AMX tile: an AMX conv's output pixels per tile
+AMX_MIN_TILE_ROWS = 8  # the fewest pixels per tile an AMX conv takes where padding its width gives more
 AMX_MIN_CONV_ROW_BYTES = 16  # the shortest channel block a conv runs on tiles with (`fits_amx_conv`)
 
 
@@ -60,10 +62,19 @@ def amx_conv_layout(in_block: int, element_bytes: int, in_chunks: int, kernel_w:
     return None
 
 
-# The rows of an AMX conv's output rounded up to a multiple of this (the rest cut off): a tile
-# program may then span neighbouring output rows (`schedules.amx.ConvTiles.output_rows`) also
-# where the height is odd (ResNet-50's 7 x 7 stage).
-AMX_ROW_MULTIPLE = 2
+def amx_conv_output(size) -> tuple[int, int]:
+    """The output an AMX conv computes, of which the conv's (rows, width) `size` is cut
+    (`conv.crop`): its rows rounded up to an even count, so that a C block may span 2 output rows
+    (`schedules.amx.ConvTiles.output_rows`) also where the height is odd (ResNet-50's 7x7 stage);
+    a width with no divisor from 8 to 16 (SqueezeNet's 111: tiles of 3 pixels) beyond its own
+    rounded up to the next that has one (112: tiles of 16)."""
+    def tile(width: int) -> int:  # the longest tile of pixels a row of `width` splits into
+        return max(divisor for divisor in range(1, AMX_ROWS + 1) if width % divisor == 0)
+
+    rows, width = (int(extent) for extent in size)
+    if width > AMX_MIN_TILE_ROWS:
+        width = next(w for w in range(width, width + AMX_ROWS) if tile(w) >= AMX_MIN_TILE_ROWS)
+    return rows + rows % 2 * (rows > 1), width
 
 
 def amx_conv_attrs(strides, dilation) -> dict:

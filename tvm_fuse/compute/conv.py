@@ -11,21 +11,22 @@ CONV_RULE = "tvm_fuse.conv_nchw"
 
 
 def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0,
-                   row_multiple: int = 1):
+                   round_output=None):
     """A window sliding over `data`'s spatial axes (those after N and C, but the last
     `trailing`, such as NCHWc's channel block): the input padded with `pad_value`, the output
     size, one reduction axis per kernel axis, and `at(y)`, the input position output `y` reads
     at the current kernel tap. `padding` lists the leading pads of every spatial axis, then the
-    trailing ones (Relax's order: top, left, bottom, right for 2-D). `row_multiple`: padding
-    at the bottom for the output's rows (the first spatial axis) rounded up to a multiple of it
-    (`round_up`), which the caller computes and `whole_rows` cuts off; the output size returned
-    is the conv's."""
+    trailing ones (Relax's order: top, left, bottom, right for 2-D). `round_output`: a function
+    of the output size to a larger one, which the caller computes (`crop` cuts it to the conv's):
+    the input is padded after each axis for it. The output size returned is the conv's."""
     rank = len(kernel)
     before, after = list(padding[:rank]), list(padding[rank:])
     spatial = data.shape[2:len(data.shape) - trailing]
     out_size = [(spatial[a] + before[a] + after[a] - dilation[a] * (kernel[a] - 1) - 1) // strides[a] + 1
                 for a in range(rank)]
-    after[0] += (round_up(out_size[0], row_multiple) - out_size[0]) * strides[0]
+    if round_output is not None:
+        for a, (size, rounded) in enumerate(zip(out_size, round_output(out_size))):
+            after[a] += (rounded - int(size)) * strides[a]
     padded = data
     if any(before + after):
         padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing],
@@ -38,17 +39,12 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
     return padded, out_size, taps, at
 
 
-def round_up(rows, multiple: int):
-    """`rows` (static where `multiple` > 1) rounded up to a multiple of `multiple`."""
-    return rows if multiple == 1 else int(rows) + -int(rows) % multiple
-
-
-def whole_rows(out: te.Tensor, rows) -> te.Tensor:
-    """`out` (N, C, rows, ...) cut to its first `rows` rows: the output of a `sliding_window`
-    whose rows were rounded up."""
-    if int(out.shape[2]) == int(rows):
+def crop(out: te.Tensor, size) -> te.Tensor:
+    """`out` (N, C, spatial..., trailing) cut to its first `size` rows (and columns): the output
+    of a `sliding_window` whose size was rounded up."""
+    if [int(extent) for extent in out.shape[2:2 + len(size)]] == [int(extent) for extent in size]:
         return out
-    return te.compute((*out.shape[:2], rows, *out.shape[3:]), lambda *i: out(*i), name="whole_rows")
+    return te.compute((*out.shape[:2], *size, *out.shape[2 + len(size):]), lambda *i: out(*i), name="crop")
 
 
 def merge_channel_blocks(data: te.Tensor, group: int) -> te.Tensor:

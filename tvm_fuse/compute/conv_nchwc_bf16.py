@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import AMX_ROW_MULTIPLE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs, amx_conv_output
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import merge_channel_blocks, round_up, sliding_window, whole_rows
+from .conv import crop, merge_channel_blocks, sliding_window
 
 CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
@@ -28,10 +28,10 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_pairs) * PAIR // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
-    rows = AMX_ROW_MULTIPLE if amx else 1
+    rounding = amx_conv_output if amx else None
     padded, (out_h, out_w), taps, at = sliding_window(
         _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1,
-        row_multiple=rows)
+        round_output=rounding)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     ip = te.reduce_axis((0, in_pairs), name="ip")
     p = te.reduce_axis((0, pair), name="p")
@@ -42,9 +42,9 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
-    out = te.compute((data.shape[0], out_chunks, round_up(out_h, rows), out_w, out_block), value, name="conv",
-                     attrs=attrs)
-    return whole_rows(out, out_h)
+    computed = rounding((out_h, out_w)) if amx else (out_h, out_w)
+    out = te.compute((data.shape[0], out_chunks, *computed, out_block), value, name="conv", attrs=attrs)
+    return crop(out, (out_h, out_w))
 
 
 def _paired_bits(data: te.Tensor, block: int) -> te.Tensor:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import AMX_ROW_MULTIPLE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs
-from .conv import merge_channel_blocks, round_up, sliding_window, whole_rows
+from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs, amx_conv_output
+from .conv import crop, merge_channel_blocks, sliding_window
 
 CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
@@ -30,10 +30,10 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_quads) * QUAD // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
-    rows = AMX_ROW_MULTIPLE if amx else 1
+    rounding = amx_conv_output if amx else None
     padded, (out_h, out_w), taps, at = sliding_window(
         data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point,
-        row_multiple=rows)
+        round_output=rounding)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     iq = te.reduce_axis((0, in_quads), name="iq")
     q = te.reduce_axis((0, quad), name="q")
@@ -44,6 +44,6 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
-    out = te.compute((data.shape[0], out_chunks, round_up(out_h, rows), out_w, out_block), value, name="conv",
-                     attrs=attrs)
-    return whole_rows(out, out_h)
+    computed = rounding((out_h, out_w)) if amx else (out_h, out_w)
+    out = te.compute((data.shape[0], out_chunks, *computed, out_block), value, name="conv", attrs=attrs)
+    return crop(out, (out_h, out_w))
