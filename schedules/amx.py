@@ -121,7 +121,9 @@ def tile_product(kind: TileKind, tiles: Tiles, k: int) -> str:
 class ConvWindow:
     """The reduction of one output pixel of an NCHW{block}c conv: `chunks` input channel
     blocks of `block` channels, a `kernel_h` x `kernel_w` window at `dilation`, and the input
-    steps between neighbouring output pixels of a row (`stride`) and of a column (`stride_h`)."""
+    steps between neighbouring output pixels of a row (`stride`) and of a column (`stride_h`);
+    `out_block` output channels per output block: a C tile's columns (16, or 8 where the layout
+    blocks channels by 8: MobileNetV2's 24)."""
     chunks: int
     block: int
     kernel_h: int
@@ -130,6 +132,7 @@ class ConvWindow:
     stride_h: int
     dilation_h: int
     dilation_w: int
+    out_block: int = COLUMNS
 
     def span(self, rows: int, pixels: int) -> tuple[int, int]:
         """(rows, columns) of the input that `rows` x `pixels` neighbouring outputs read."""
@@ -139,14 +142,14 @@ class ConvWindow:
 
 def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> str:
     """The registered name of the tile program for `tiles.blocks` of a conv's C blocks of
-    `tiles` (rows: output pixels of a row; columns: 16-channel output blocks), one after the
+    `tiles` (rows: output pixels of a row; columns: output blocks), one after the
     other along the output channels, each over its whole `window`: one tile step per input
     channel block and kernel tap, the A tile that tap's input pixels (one channel block each,
     at the stride), the B tile the tap's packed weights, registering it on first use."""
     emulated = _EMULATED.get()
     w = window
     name = (f"tvm_fuse.amx_conv_{kind.name}_{tiles.blocks}x{tiles.output_rows}x{tiles.row_tiles}x{tiles.rows}"
-            f"_{tiles.column_tiles}x{COLUMNS}_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}"
+            f"_{tiles.column_tiles}x{w.out_block}_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}"
             f"_s{w.stride_h}x{w.stride}_d{w.dilation_h}x{w.dilation_w}"
             + ("_emulated" if emulated else ""))
     if TensorIntrin.get(name, allow_missing=True) is None:
@@ -161,12 +164,12 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
 def _conv_shapes(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tuple:
     """The shapes of the conv program's operands: A the input window [chunks, rows, columns,
     block], B the weights of its output blocks [blocks x column_tiles, chunks, kh, kw,
-    block / pack, 16, pack], C the output blocks' accumulators [blocks x column_tiles,
-    output_rows, pixels, 16]."""
+    block / pack, out_block, pack], C the output blocks' accumulators [blocks x column_tiles,
+    output_rows, pixels, out_block]."""
     pixels, w, out_blocks = tiles.rows * tiles.row_tiles, window, tiles.blocks * tiles.column_tiles
     return ((w.chunks, *w.span(tiles.output_rows, pixels), w.block),
-            (out_blocks, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, COLUMNS, kind.pack),
-            (out_blocks, tiles.output_rows, pixels, COLUMNS))
+            (out_blocks, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, w.out_block, kind.pack),
+            (out_blocks, tiles.output_rows, pixels, w.out_block))
 
 
 def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.PrimFunc:
@@ -175,7 +178,7 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
     column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
     w, pack = window, kind.pack
     extents = dict(oc=tiles.blocks * tiles.column_tiles, y=tiles.output_rows, x=tiles.rows * tiles.row_tiles,
-                   lane=COLUMNS, ic=w.chunks, ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
+                   lane=w.out_block, ic=w.chunks, ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
     looped = [name for name, extent in extents.items() if extent > 1]
 
     with _conv_function("desc", kind, tiles, window) as ((A, B, C, _, _), made):
@@ -207,7 +210,8 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
     b_tiles = [c_count + c for c in range(b_count)]
     a_tiles = [c_count + b_count + a for a in range(tiles.a_registers)]
     row_bytes = w.block * _size(kind.a)
-    shapes = [(tiles.rows, ROW_BYTES, kind.c)] * c_count + [(row_bytes // 4, ROW_BYTES, kind.b)] * b_count \
+    column_bytes = w.out_block * 4  # a C row (fp32 / s32) and a B row (one 4-byte word per column)
+    shapes = [(tiles.rows, column_bytes, kind.c)] * c_count + [(row_bytes // 4, column_bytes, kind.b)] * b_count \
         + [(tiles.rows, row_bytes, kind.a)] * len(a_tiles)
     placed = [divmod(t, tiles.row_tiles) for t in range(tiles.pixel_tiles)]  # (output row, tile of the row)
 
@@ -221,7 +225,7 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
                 tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
                 for c, tile in enumerate(b_tiles):
                     machine.load(tile, B, (((first + c) * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
-                                 COLUMNS * kind.pack)
+                                 w.out_block * kind.pack)
                 for t, (y, r) in enumerate(placed):
                     a_tile = a_tiles[t % len(a_tiles)]
                     row = y * w.stride_h + ky * w.dilation_h

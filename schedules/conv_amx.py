@@ -89,8 +89,9 @@ def _window(sch: s_tir.Schedule, block) -> ConvWindow:
     """The conv's reduction, read off its block: loop extents, and the input index's steps."""
     *_, ic, ky, kx, group, member = (static_extent(sch.get(loop).extent) for loop in sch.get_loops(block))
     geometry = sch.get(block).annotations
+    lane = static_extent(sch.get(sch.get_loops(block)[4]).extent)
     return ConvWindow(ic, group * member, ky, kx, int(geometry["stride"]), int(geometry["stride_h"]),
-                      int(geometry["dilation_h"]), int(geometry["dilation_w"]))
+                      int(geometry["dilation_h"]), int(geometry["dilation_w"]), lane)
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = None) -> None:
