@@ -100,6 +100,7 @@ class ConvTiles(Tiles):
 
     @property
     def a_registers(self) -> int:
+        """Tile registers the A tiles take turns in: those C and B tiles leave, one per A tile at most."""
         return min(self.pixel_tiles, TILE_REGISTERS - (self.pixel_tiles + 1) * self.column_tiles)
 
     def fits(self) -> bool:
@@ -190,8 +191,8 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
                 v = {name: tirx.const(0, "int32") for name in extents}
                 v.update(zip(looped, list(bound) if len(looped) > 1 else [bound]))
                 out = [v["oc"], v["y"], v["x"], v["lane"]]
-                pixel = A[v["ic"], v["y"] * w.stride_h + v["ky"] * w.dilation_h, v["x"] * w.stride + v["kx"] * w.dilation_w,
-                          v["g"] * pack + v["p"]]
+                row = v["y"] * w.stride_h + v["ky"] * w.dilation_h
+                pixel = A[v["ic"], row, v["x"] * w.stride + v["kx"] * w.dilation_w, v["g"] * pack + v["p"]]
                 weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
                 tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
     return made[0]

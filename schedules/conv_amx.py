@@ -1,12 +1,13 @@
 """NCHW{c}c convs on AMX tiles (`tvm_fuse.compute.conv_nchwc_int8` / `conv_nchwc_bf16` with
 `amx=True`): each parallel task computes `row_tiles * rows` neighbouring output pixels of each
-of `output_rows` rows x `column_tiles` output blocks of 16 channels over the whole reduction, `blocks` such C blocks
-along the output channels in turn, with one tile program (`schedules.amx.conv_tile_product`,
-which loads the tile configuration once): per input channel block and kernel tap, an A tile of the
-tap's input pixels (a row of the tile is one pixel's channel block, read at the conv's stride)
-and a B tile of the tap's packed weights, which the VNNI / BF16 packing already lays out as B
-tiles. The C block is stored to the stack, and the fused epilogue (requantize, bias, residual)
-runs from there in AVX-512, as `schedules.dense_amx` does.
+of `output_rows` rows x `column_tiles` output blocks (of 16 or 8 channels) over the whole
+reduction, `blocks` such C blocks along the output channels in turn, with one tile program
+(`schedules.amx.conv_tile_product`, which loads the tile configuration once): per input channel
+block and kernel tap, an A tile of the tap's input pixels (a row of the tile is one pixel's
+channel block, read at the conv's stride) and a B tile of the tap's packed weights, which the
+VNNI / BF16 packing already lays out as B tiles. The C block is stored to the stack, and the
+fused epilogue (requantize, bias, residual) runs from there in AVX-512, as `schedules.dense_amx`
+does.
 
 The knobs are the tiles (`amx.ConvTiles`): pixels per tile (a divisor of the output width, at
 most 16), row tiles, output rows and column tiles, C + B tiles and an A tile within the 8 tile

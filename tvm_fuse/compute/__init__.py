@@ -82,5 +82,4 @@ def amx_conv_attrs(strides, dilation) -> dict:
     """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
     tile program needs (`schedules.conv_amx`)."""
     return {SCHEDULE_RULE: CONV_AMX_RULE, "stride": int(strides[1]), "stride_h": int(strides[0]),
-            "dilation_h": int(dilation[0]),
-            "dilation_w": int(dilation[1])}
+            "dilation_h": int(dilation[0]), "dilation_w": int(dilation[1])}
