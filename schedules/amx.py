@@ -37,12 +37,12 @@ from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as tb
 
+from ..compute import AMX_COLUMNS as COLUMNS  # C columns per tile: a row of 64 bytes of fp32 / s32
+from ..compute import AMX_ROW_BYTES as ROW_BYTES  # bytes per tile row
+from ..compute import AMX_ROWS as MAX_ROWS  # rows per tile
 from ..compute.bf16 import from_bits
 
 TILE_REGISTERS = 8
-ROW_BYTES = 64  # bytes per tile row
-COLUMNS = 16  # C columns per tile: a row of 64 bytes of fp32 / s32
-MAX_ROWS = 16  # rows per tile
 
 
 @dataclass(frozen=True)
