@@ -89,14 +89,25 @@ class ConvTiles(Tiles):
     host, a second load (and release) in each of ResNet-50 bf16's programs added 9% to its
     kernels' time. The A tiles take turns in the registers the C and B tiles leave
     (`a_registers`), each loaded just before its products: a block of several output rows
-    reuses each B tile (weights, which the 7x7 and 14x14 stages read from L2) for more pixels."""
+    reuses each B tile (weights, which the 7x7 and 14x14 stages read from L2) for more pixels.
+
+    `width` > 0: the C block is `output_rows` whole rows of `width` pixels, tiled as one run of
+    `row_tiles` tiles of `rows` pixels along the input's rows in memory (a stride-1 conv): a 3x3
+    conv's tile runs on past a row's end through the padding columns (their outputs computed
+    and dropped) into the next row, so a 7x7 output's 2 rows take one tile of 16, not 2 of 7."""
     blocks: int = 1
     output_rows: int = 1
+    width: int = 0
 
     @property
     def pixel_tiles(self) -> int:
-        """A tiles per reduction step: one per `rows` output pixels of a row."""
-        return self.output_rows * self.row_tiles
+        """A tiles per reduction step: one per `rows` output pixels of a row (or of the run)."""
+        return self.row_tiles if self.width else self.output_rows * self.row_tiles
+
+    @property
+    def row_pixels(self) -> int:
+        """The output pixels of each row of the C block."""
+        return self.width or self.rows * self.row_tiles
 
     @property
     def a_registers(self) -> int:
@@ -140,6 +151,15 @@ class ConvWindow:
         columns = (pixels - 1) * self.stride + (self.kernel_w - 1) * self.dilation_w + 1
         return (rows - 1) * self.stride_h + (self.kernel_h - 1) * self.dilation_h + 1, columns
 
+    def run(self, rows: int, width: int) -> int | None:
+        """The pixels of a run of tiles over `rows` whole output rows of `width` (`ConvTiles.width`):
+        from the first row's first pixel to the last row's last, rows as far apart as the input's
+        (its window's columns). None for a strided conv, whose tile rows would not be one stride
+        apart across a row's end."""
+        if self.stride != 1 or self.stride_h != 1:
+            return None
+        return (rows - 1) * self.span(1, width)[1] + width
+
 
 def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> str:
     """The registered name of the tile program for `tiles.blocks` of a conv's C blocks of
@@ -152,12 +172,14 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
     name = (f"tvm_fuse.amx_conv_{kind.name}_{tiles.blocks}x{tiles.output_rows}x{tiles.row_tiles}x{tiles.rows}"
             f"_{tiles.column_tiles}x{w.out_block}_c{w.chunks}x{w.block}_k{w.kernel_h}x{w.kernel_w}"
             f"_s{w.stride_h}x{w.stride}_d{w.dilation_h}x{w.dilation_w}"
-            + ("_emulated" if emulated else ""))
+            + (f"_w{tiles.width}" if tiles.width else "") + ("_emulated" if emulated else ""))
     if TensorIntrin.get(name, allow_missing=True) is None:
         row_bytes = window.block * _size(kind.a)  # an A tile row: whole 4-byte words, at most 64 bytes
         if not tiles.fits() or row_bytes % 4 or row_bytes > ROW_BYTES:
             raise ValueError(f"{tiles} over {window}: more than {TILE_REGISTERS} tiles, or a channel block "
                              f"that is not a tile row")
+        if tiles.width and window.run(tiles.output_rows, tiles.width) != tiles.rows * tiles.row_tiles:
+            raise ValueError(f"{tiles} over {window}: its tiles are not one run over its rows")
         TensorIntrin.register(name, _conv_desc(kind, tiles, window), _conv_impl(kind, tiles, window, emulated))
     return name
 
@@ -167,7 +189,7 @@ def _conv_shapes(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tuple:
     block], B the weights of its output blocks [blocks x column_tiles, chunks, kh, kw,
     block / pack, out_block, pack], C the output blocks' accumulators [blocks x column_tiles,
     output_rows, pixels, out_block]."""
-    pixels, w, out_blocks = tiles.rows * tiles.row_tiles, window, tiles.blocks * tiles.column_tiles
+    pixels, w, out_blocks = tiles.row_pixels, window, tiles.blocks * tiles.column_tiles
     return ((w.chunks, *w.span(tiles.output_rows, pixels), w.block),
             (out_blocks, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, w.out_block, kind.pack),
             (out_blocks, tiles.output_rows, pixels, w.out_block))
@@ -178,7 +200,7 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
     loop order `schedules.conv_amx` leaves; a loop of one iteration (a 1x1 kernel's taps, one
     column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
     w, pack = window, kind.pack
-    extents = dict(oc=tiles.blocks * tiles.column_tiles, y=tiles.output_rows, x=tiles.rows * tiles.row_tiles,
+    extents = dict(oc=tiles.blocks * tiles.column_tiles, y=tiles.output_rows, x=tiles.row_pixels,
                    lane=w.out_block, ic=w.chunks, ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
     looped = [name for name, extent in extents.items() if extent > 1]
 
@@ -214,7 +236,10 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
     column_bytes = w.out_block * 4  # a C row (fp32 / s32) and a B row (one 4-byte word per column)
     shapes = [(tiles.rows, column_bytes, kind.c)] * c_count + [(row_bytes // 4, column_bytes, kind.b)] * b_count \
         + [(tiles.rows, row_bytes, kind.a)] * len(a_tiles)
-    placed = [divmod(t, tiles.row_tiles) for t in range(tiles.pixel_tiles)]  # (output row, tile of the row)
+    # Where each A tile's first pixel is in the input window and its C tile's in C, as (row, pixel):
+    # a run's tiles are in the window's first row, the rows beyond reached through its row stride.
+    placed = [(0, t * tiles.rows) if tiles.width else (t // tiles.row_tiles, t % tiles.row_tiles * tiles.rows)
+              for t in range(tiles.pixel_tiles)]
 
     with _conv_function("impl", kind, tiles, window) as ((A, B, C, a_strides, c_strides), made):
         with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine, \
@@ -227,18 +252,17 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
                 for c, tile in enumerate(b_tiles):
                     machine.load(tile, B, (((first + c) * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
                                  w.out_block * kind.pack)
-                for t, (y, r) in enumerate(placed):
+                for t, (y, x) in enumerate(placed):
                     a_tile = a_tiles[t % len(a_tiles)]
                     row = y * w.stride_h + ky * w.dilation_h
-                    pixel = r * tiles.rows * w.stride + kx * w.dilation_w
+                    pixel = x * w.stride + kx * w.dilation_w
                     machine.load(a_tile, A, ic * a_strides[0] + row * a_strides[1] + pixel * a_strides[2],
                                  w.stride * a_strides[2])
                     for c, b_tile in enumerate(b_tiles):
                         machine.product(kind, c_tiles[t, c], a_tile, b_tile)
             for (t, c), tile in c_tiles.items():
-                y, r = placed[t]
-                machine.store(tile, C, (first + c) * c_strides[0] + y * c_strides[1] + r * tiles.rows * c_strides[2],
-                              c_strides[2])
+                y, x = placed[t]
+                machine.store(tile, C, (first + c) * c_strides[0] + y * c_strides[1] + x * c_strides[2], c_strides[2])
     return made[0]
 
 
@@ -277,11 +301,11 @@ def emulated_tiles():
 _EMULATED = ContextVar("tvm_fuse.emulated_tiles", default=False)
 
 
-def tensorize_tiles(sch: s_tir.Schedule, loop, intrinsic: str) -> None:
+def tensorize_tiles(sch: s_tir.Schedule, loop, intrinsic: str):
     """Compute the block under `loop` (a C block over the whole reduction) with the tile
     program `intrinsic` (`tile_product`, `conv_tile_product`), and drop the block's init: the
     program's tilezero is C's init, and the zeroing loop TVM keeps (a memset of the whole C
-    block per task) would only be overwritten."""
+    block per task) would only be overwritten. Returns the tile program's block."""
     block = sch.blockize(loop)
     if any(int(v.dom.extent) != 1 for v in sch.get(block).iter_vars if v.iter_type == tirx.IterVar.CommReduce):
         raise ValueError(f"an AMX block must span the whole reduction ({intrinsic})")
@@ -290,6 +314,7 @@ def tensorize_tiles(sch: s_tir.Schedule, loop, intrinsic: str) -> None:
     new = SBlock(old.iter_vars, old.reads, old.writes, old.name_hint, old.body, None,
                  old.alloc_buffers, old.match_buffers, old.annotations)
     sch.state.replace(sch.get_sref(block), new, {old: new})
+    return block
 
 
 def _register(name: str, kind: TileKind, tiles: Tiles, k: int, emulated: bool) -> None:

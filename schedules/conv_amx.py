@@ -11,8 +11,9 @@ does.
 
 The knobs are the tiles (`amx.ConvTiles`): pixels per tile (a divisor of the output width, at
 most 16), row tiles, output rows and column tiles, C + B tiles and an A tile within the 8 tile
-registers, and the C blocks per program. The compute rounds the output up to whole tiles
-(`compute.amx_conv_output`): a 7x7 output takes 2 rows per C block."""
+registers, and the C blocks per program; or, for a stride-1 conv, runs of tiles over whole output
+rows (`ConvTiles.width`), which a 7x7 output takes in half the tiles. The compute rounds the
+output up to whole tiles (`compute.amx_conv_output`): a 7x7 output takes 2 rows per C block."""
 
 from __future__ import annotations
 
@@ -47,16 +48,22 @@ CONV_TILE_GRIDS = [(2, 2), (4, 1), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1)]
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvTiles:
-    """The tallest tile the width allows, in the first grid of `CONV_TILE_GRIDS` that the C
-    blocks and output rows divide, its A tiles along a row where the row has room, else on the
-    next rows; as many C blocks per program as the stack block and `MIN_TASKS` allow."""
+    """The fewest tiles per output row: the tallest tile the width allows, or runs of tiles over
+    whole rows (`ConvTiles.width`) where they take fewer (a 7x7 output: 16 pixels of 2 rows per
+    tile, not 7 of one), in the first grid of `CONV_TILE_GRIDS` that the C blocks and output
+    rows divide, its A tiles along a row where the row has room, else on the next rows; as many
+    C blocks per program as the stack block and `MIN_TASKS` allow."""
     width, chunks = _extents(sch, block)
     height = _height(sch, block)
     rows = max(divisors(width, MAX_ROWS))
-    tiles = next(ConvTiles(rows, row_tiles, columns, 1, pixel_tiles // row_tiles)
-                 for pixel_tiles, columns in CONV_TILE_GRIDS if chunks % columns == 0
-                 for row_tiles in reversed(divisors(width // rows, pixel_tiles))
-                 if pixel_tiles % row_tiles == 0 and height % (pixel_tiles // row_tiles) == 0)
+    runs = [run for run in _runs(sch, block) if run.row_tiles / run.output_rows < width // rows]
+    fewest = min((run.row_tiles / run.output_rows for run in runs), default=0)
+    grids = [(pixel_tiles, columns) for pixel_tiles, columns in CONV_TILE_GRIDS if chunks % columns == 0]
+    tiles = next((replace(run, column_tiles=columns) for pixel_tiles, columns in grids for run in runs
+                  if run.row_tiles == pixel_tiles and run.row_tiles / run.output_rows == fewest), None) or \
+        next(ConvTiles(rows, row_tiles, columns, 1, pixel_tiles // row_tiles) for pixel_tiles, columns in grids
+             for row_tiles in reversed(divisors(width // rows, pixel_tiles))
+             if pixel_tiles % row_tiles == 0 and height % (pixel_tiles // row_tiles) == 0)
     tasks = _tasks(sch, block, tiles)
     return next(replace(tiles, blocks=blocks) for blocks in PROGRAM_BLOCKS
                 if _fits(tiles, blocks, chunks) and tasks // blocks >= min(MIN_TASKS, tasks))
@@ -65,13 +72,28 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvTiles:
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvTiles]:
     width, chunks = _extents(sch, block)
     height = _height(sch, block)
-    return [tiles for r in divisors(width, MAX_ROWS) for rt in divisors(width // r, TILE_REGISTERS)
-            for oy in divisors(height, TILE_REGISTERS) for ct in range(1, TILE_REGISTERS) for b in PROGRAM_BLOCKS
-            if r * rt * oy > 1 and (tiles := ConvTiles(r, rt, ct, b, oy)).fits() and _fits(tiles, b, chunks)]
+    grids = [ConvTiles(r, rt, 1, 1, oy) for r in divisors(width, MAX_ROWS) for rt in divisors(width // r, TILE_REGISTERS)
+             for oy in divisors(height, TILE_REGISTERS) if r * rt * oy > 1] + _runs(sch, block)
+    return [tiles for grid in grids for ct in range(1, TILE_REGISTERS) for b in PROGRAM_BLOCKS
+            if (tiles := replace(grid, column_tiles=ct, blocks=b)).fits() and _fits(tiles, b, chunks)]
 
 
 def _height(sch: s_tir.Schedule, block) -> int:
     return static_extent(sch.get(sch.get_loops(block)[2]).extent)
+
+
+def _runs(sch: s_tir.Schedule, block) -> list[ConvTiles]:
+    """Runs of tiles over whole output rows (`ConvTiles.width`), one per C block height, each in
+    its fewest tiles, one column tile: none for a strided conv."""
+    width, _ = _extents(sch, block)
+    window = _window(sch, block)
+    runs = []
+    for output_rows in divisors(_height(sch, block), TILE_REGISTERS):
+        pixels = window.run(output_rows, width)
+        if pixels:
+            rows = max(divisors(pixels, MAX_ROWS))
+            runs.append(ConvTiles(rows, pixels // rows, 1, 1, output_rows, width))
+    return [run for run in runs if run.fits()]
 
 
 def _fits(tiles: ConvTiles, blocks: int, chunks: int) -> bool:
@@ -83,7 +105,7 @@ def _fits(tiles: ConvTiles, blocks: int, chunks: int) -> bool:
 def _tasks(sch: s_tir.Schedule, block, tiles: ConvTiles) -> int:
     """The parallel tasks of one C block per program: batch x C blocks x output rows x row blocks."""
     n, chunk, y, x = (static_extent(sch.get(loop).extent) or 1 for loop in sch.get_loops(block)[:4])
-    return n * chunk // tiles.column_tiles * y // tiles.output_rows * x // (tiles.rows * tiles.row_tiles)
+    return n * chunk // tiles.column_tiles * y // tiles.output_rows * x // tiles.row_pixels
 
 
 def _window(sch: s_tir.Schedule, block) -> ConvWindow:
@@ -99,16 +121,20 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = N
     knobs = knobs or default_knobs(sch, block, lanes)
     kind = _kind(sch, block)
     window = _window(sch, block)
+    if knobs.width and knobs.width != _extents(sch, block)[0]:  # a run's rows are the input's whole rows
+        raise ValueError(f"{knobs}: a run of tiles over rows of {knobs.width}, in a conv of another width")
     epilogue = inline_elementwise(sch, block)
     input_pass(sch, block, lanes)  # the padded input in memory, where tiles load it
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles * knobs.blocks])
     y_out, y_in = sch.split(y, [None, knobs.output_rows])
-    x_out, x_in = sch.split(x, [None, knobs.rows * knobs.row_tiles])
+    x_out, x_in = sch.split(x, [None, knobs.row_pixels])
     sch.reorder(n, chunk_out, y_out, x_out, chunk_in, y_in, x_in, lane, ic, ky, kx, group, member)
     outer = sch.fuse(n, chunk_out, y_out, x_out)
     sch.parallel(outer)  # each task configures its own tiles: the program starts with ldtilecfg
     write_back = sch.cache_write(block, 0, "local")  # the C block on the stack, for the epilogue
     sch.reverse_compute_at(write_back, outer)
-    tensorize_tiles(sch, chunk_in, conv_tile_product(kind, knobs, window))
+    tiles = tensorize_tiles(sch, chunk_in, conv_tile_product(kind, knobs, window))
+    if knobs.width:  # C's rows as far apart as the input's, for the runs' tiles to store across them
+        sch.storage_align(tiles, 0, 2, window.span(1, knobs.width)[1] * window.out_block, 0)
     store_tile(sch, write_back, epilogue, outer, lanes)

@@ -116,7 +116,8 @@ def test_every_conv_tile_setting_computes_the_same_conv(program):
     expected = _reference(data, weight, 1, 1, 1, pad_value=3)
     settings = knob_space(_int8_kernel(window), 16)
     assert len(settings) > 10 and {k["blocks"] for k in settings} == {1, 2, 4}  # C blocks per program
-    assert {k["output_rows"] for k in settings} == {1, 2, 4}  # C blocks over several output rows
+    assert {k["output_rows"] for k in settings} == {1, 2, 4, 8}  # C blocks over several output rows
+    assert {k["width"] for k in settings} == {0, 8}  # and tiles run over whole rows (`test_tiles_run_...`)
     for knobs in settings:
         scheduled = apply(_int8_kernel(window), 16, knobs)
         assert scheduled.attrs[KNOBS_ATTR] == "tuned", knobs
@@ -124,14 +125,14 @@ def test_every_conv_tile_setting_computes_the_same_conv(program):
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-@pytest.mark.parametrize("size, kernel, computed, default", [(7, 1, (8, 7), ConvTiles(7, 1, 2, 1, 2)),
-                                                             (7, 3, (8, 7), ConvTiles(7, 1, 2, 1, 2)),
-                                                             (17, 3, (18, 18), ConvTiles(9, 2, 2, 1, 1))])
-def test_a_conv_on_tiles_computes_whole_tiles_and_crops(size, kernel, computed, default, program):
-    """A 7 x 7 output (ResNet-50's last stage) is computed in 8 rows, so that C blocks of 7-pixel
-    tiles on 2 or 4 output rows reuse each B tile (weights) 2 or 4 times; a row of 17 pixels
-    (no tile from 8 to 16 divides it; SqueezeNet's 111) in 18 (tiles of 9). The extra rows and
-    columns are cut off."""
+@pytest.mark.parametrize("size, kernel, computed, default, rows", [(7, 1, (8, 7), ConvTiles(14, 2, 2, 1, 4, 7), 7),
+                                                                   (7, 3, (8, 7), ConvTiles(16, 1, 2, 1, 2, 7), 7),
+                                                                   (17, 3, (18, 18), ConvTiles(9, 2, 2, 1, 1), 9)])
+def test_a_conv_on_tiles_computes_whole_tiles_and_crops(size, kernel, computed, default, rows, program):
+    """A 7 x 7 output (ResNet-50's last stage) is computed in 8 rows, so that C blocks on 2 or 4
+    output rows reuse each B tile (weights) 2 or 4 times, in 7-pixel tiles or in runs of tiles
+    over whole rows; a row of 17 pixels (no tile from 8 to 16 divides it; SqueezeNet's 111) in
+    18 (tiles of 9). The extra rows and columns are cut off."""
     window = (2, 16, 2, size, kernel, 1, kernel // 2, 1)
     data, weight = _int8_operands(window)
     expected = _reference(data, weight, 1, kernel // 2, 1, pad_value=3)
@@ -139,8 +140,38 @@ def test_a_conv_on_tiles_computes_whole_tiles_and_crops(size, kernel, computed, 
     block = sch.get_sblock("conv")
     assert [int(loop.extent) for loop in map(sch.get, sch.get_loops(block)[2:4])] == list(computed)
     assert conv_amx.default_knobs(sch, block, 16) == default
-    for knobs in [None, asdict(ConvTiles(default.rows, 1, 1, 1, 2)), asdict(ConvTiles(default.rows, 1, 1, 2, 2))]:
+    for knobs in [None, asdict(ConvTiles(rows, 1, 1, 1, 2)), asdict(ConvTiles(rows, 1, 1, 2, 2))]:
         np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("window", [(2, 16, 2, 7, 3, 1, 1, 1), (2, 16, 2, 7, 1, 1, 0, 1), (1, 16, 2, 7, 3, 1, 2, 2)])
+def test_tiles_run_over_whole_rows_of_a_stride_1_conv(window, program):
+    """A 7 x 7 output's 2 rows in one tile of 16 pixels (a 3x3's tile reads on through the row's
+    2 padding columns into the next row; their outputs are dropped), 4 rows in 2 tiles of 14,
+    not a tile of 7 per row: every run in the knob space computes the conv, int8 exactly and bf16
+    as the conv of the rounded operands; a dilated conv's rows are 4 padding columns apart."""
+    data, weight = _int8_operands(window)
+    *_, stride, pad, dilation = window
+    expected = _reference(data, weight, stride, pad, dilation, pad_value=3)
+    runs = [knobs for knobs in knob_space(_int8_kernel(window), 16) if knobs["width"]]
+    chunks, block, out_chunks, size, kernel = window[:5]
+    pitch = size + (kernel - 1) * dilation  # the input's row: the output's and its padding columns
+    assert (2, pitch + size) in {(k["output_rows"], k["rows"] * k["row_tiles"]) for k in runs}
+    for knobs in runs:
+        np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected, knobs), expected)
+    rng = np.random.default_rng(0)
+    floats = rng.standard_normal((1, chunks, size, size, block)).astype(np.float32)
+    weight = bits_of(rng.standard_normal((out_chunks, chunks, kernel, kernel, block // 2, 16, 2)))
+    expected = _reference(value_of(bits_of(floats)), value_of(weight), stride, pad, dilation)
+    for knobs in runs[:2]:
+        ours = _run(_bf16_kernel(window, True), program, [floats, weight], expected, knobs)
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_a_strided_conv_has_no_runs_of_tiles_over_rows():
+    """Across a row's end, a strided conv's tile rows would not be one stride apart."""
+    assert not any(knobs["width"] for knobs in knob_space(_int8_kernel(WINDOWS[2]), 16))
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
