@@ -226,6 +226,41 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
     assert head[0][0] == "uint16"  # the concat joined bf16 tensors
 
 
+def _pooled_model():
+    """A stem conv 3->16 without a ReLU (negative values), a 3x3 stride-2 max-pool, a 1x1 conv, a
+    2x2 max-pool in ceil mode (its last window over one row and column), a 1x1 head."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "ws"], ["stem"], name="stem", pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["stem"], ["p1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p1", "w1"], ["c1"], name="pointwise"),
+             helper.make_node("MaxPool", ["c1"], ["p2"], name="pool2", kernel_shape=[2, 2], strides=[2, 2],
+                              ceil_mode=1),
+             helper.make_node("Conv", ["p2", "wh"], ["y"], name="head")]
+    graph = helper.make_graph(
+        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 5, 5])],
+        [_weight(rng, "ws", 16, 3, 3, 3), _weight(rng, "w1", 16, 16, 1, 1), _weight(rng, "wh", 16, 16, 1, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_a_max_pool_between_bf16_kernels_passes_bf16_and_changes_no_output(portable, monkeypatch):
+    """The max of rounded values is the rounded max: a pool on bf16 equals the fp32 pool whose
+    output its reader rounds, negative values and ceil mode's last window included."""
+    pools = {k: v for k, v in _kernel_dtypes(_pooled_model(), BF16_TARGET, native=True).items() if "pool" in k}
+    assert len(pools) == 2 and all(v == (["uint16"], "uint16") for v in pools.values()), pools
+    feed = {"x": np.random.default_rng(6).standard_normal((1, 3, 17, 17)).astype(np.float32)}
+    (bits,) = tvm_fuse.build(_pooled_model(), "native", precision="bf16").run(None, feed)
+    monkeypatch.setattr("tvm_fuse.transform.realize_bf16.MAX_POOL_TAPS", 0)  # every pool in fp32
+    assert not [k for k, v in _kernel_dtypes(_pooled_model(), BF16_TARGET, native=True).items()
+                if "pool" in k and "uint16" in v[0]]
+    (floats,) = tvm_fuse.build(_pooled_model(), "native", precision="bf16").run(None, feed)
+    np.testing.assert_array_equal(bits, floats)
+    assert_close([bits], ort_outputs(_pooled_model(), feed), rtol=2e-2)
+
+
 def _dense_block_model(batch_norm_read_twice: bool = False):
     """DenseNet's layer after a stem conv: batch norm + ReLU before each conv (on the stem's
     output, then on the concat of it and the layer's output), 1x1 and 3x3 convs.

@@ -14,7 +14,8 @@ nothing else (DenseNet's pre-activation), is applied by the conv as it rounds it
 A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a bf16 kernel
 takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
 residual); a depthwise conv (fp32 arithmetic) widens it as it pads it, and writes bf16 itself
-where its readers take it; a concat of bf16 tensors moves them as they are. Any other output
+where its readers take it; a concat of bf16 tensors moves them as they are, and a max-pool
+compares them as fp32 and writes bf16 (a stem's output, 112x112x64, then half the bytes). Any other output
 is fp32, so what reads it is unchanged.
 
 On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and whose columns
@@ -30,14 +31,15 @@ by the pipeline that the build is bf16).
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import tvm
-from tvm import relax, topi
+from tvm import relax, te, tirx, topi
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits_tensor
+from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
 from ..compute import amx_conv_layout, fits_amx
@@ -155,21 +157,24 @@ def blocked_depthwise(func: relax.Function) -> bool:
 
 
 def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
-    """The bindings of `func` that write bf16: bf16 kernels, blocked depthwise convs and
-    concats (of bf16 tensors only) whose every reader takes bf16: a depthwise conv, a concat
-    that writes bf16, or a bf16 kernel, as its anchor's data (read nowhere else in its
-    composite) or as an epilogue operand. The largest such set: a concat drops out with any
-    of its inputs, and each drop may drop its producers."""
+    """The bindings of `func` that write bf16: bf16 kernels, blocked depthwise convs, and
+    concats and max-pools (of bf16 tensors only) whose every reader takes bf16: a depthwise
+    conv, a concat or max-pool that writes bf16, or a bf16 kernel, as its anchor's data (read
+    nowhere else in its composite) or as an epilogue operand. The largest such set: a concat
+    or pool drops out with any of its inputs, and each drop may drop its producers."""
     kernels = _bf16_kernels(mod, func, lanes, native, amx)
     bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
     depthwise = {b.var for b in bindings
                  if (composite := called_composite(mod, b.value)) is not None and blocked_depthwise(composite)}
-    concats = {b.var: list(b.value.args[0].fields) for b in bindings
-               if is_op(b.value, "relax.concat") and isinstance(b.value.args[0], relax.Tuple)}
+    moves = {b.var: list(b.value.args[0].fields) for b in bindings  # their inputs, which they move as they are
+             if is_op(b.value, "relax.concat") and isinstance(b.value.args[0], relax.Tuple)}
+    moves.update({b.var: [b.value.args[0]] for b in bindings if is_op(b.value, "relax.nn.max_pool2d")
+                  and str(b.value.attrs.layout) == str(b.value.attrs.out_layout)
+                  and str(b.value.attrs.layout).startswith("NCHW") and _window(b.value.attrs) <= MAX_POOL_TAPS})
     found = readers(func)
 
     def takes_bits(reader: relax.VarBinding | None, var: relax.Var, writing: set[relax.Var]) -> bool:
-        if reader is not None and (reader.var in depthwise or reader.var in concats and reader.var in writing):
+        if reader is not None and (reader.var in depthwise or reader.var in moves and reader.var in writing):
             return True
         if reader is None or reader.var not in kernels:
             return False
@@ -179,10 +184,10 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
         params = [p for p, arg in zip(composite.params, reader.value.args) if arg.same_as(var)]
         return all(len(reads.get(p, [])) == 1 for p in params if p.same_as(data))
 
-    writing = kernels | depthwise | set(concats)
+    writing = kernels | depthwise | set(moves)
     while True:
         kept = {var for var in writing if all(takes_bits(r, var, writing) for r in found.get(var, [None]))
-                and all(field in writing for field in concats.get(var, []))}
+                and all(field in writing for field in moves.get(var, []))}
         if kept == writing:
             return writing
         writing = kept
@@ -232,6 +237,9 @@ class _Realizer(PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         if is_op(call, "relax.concat") and self.binding in self.bits:  # moves bf16 as it is
             return self.builder_.normalize(relax.Call(call.op, [self.visit_expr(call.args[0])], call.attrs))
+        if is_op(call, "relax.nn.max_pool2d") and self.binding in self.bits:
+            return self.builder_.call_te(_max_pool_bits, self.visit_expr(call.args[0]), call.attrs,
+                                         [int(extent) for extent in call.ty.shape], primfunc_name_hint="max_pool2d")
         func = called_composite(self.mod, call)
         found = bf16_anchor(func, list(call.args), self.lanes, self.native, self.amx) if func is not None else None
         if found is None:
@@ -288,6 +296,36 @@ class _Realizer(PyExprMutator):
         `nodes`: ONNX nodes it computes besides the composite's."""
         compute = (lambda *tensors: to_bits_tensor(real(*tensors))) if self.binding in self.bits else real
         return self.builder_.normalize(kernel_call(self.builder_, func, compute, args, prefix, attrs, nodes))
+
+
+MAX_POOL_TAPS = 64  # a bf16 max-pool's window, written out as one expression (`_max_pool_bits`)
+
+
+def _window(attrs) -> int:
+    return int(attrs.pool_size[0]) * int(attrs.pool_size[1])
+
+
+def _max_pool_bits(bits: te.Tensor, attrs, shape: list[int]) -> te.Tensor:
+    """A max-pool (NCHW or NCHW{c}c) of bf16 bits into `shape`, compared as the fp32 values
+    they are: the max of rounded values is the rounded max (rounding keeps order), so the
+    pool's readers, which round its input, read what they read from the fp32 pool."""
+    (kernel_h, kernel_w), (stride_h, stride_w), (dilation_h, dilation_w) = \
+        ([int(v) for v in values] for values in (attrs.pool_size, attrs.strides, attrs.dilation))
+    top, left, *_ = (int(v) for v in attrs.padding)
+    height, width = shape[2:4]
+    # Padded to the last window (ceil mode's included) with -inf, which no window's max takes.
+    bottom = (height - 1) * stride_h + (kernel_h - 1) * dilation_h + 1 - int(bits.shape[2]) - top
+    right = (width - 1) * stride_w + (kernel_w - 1) * dilation_w + 1 - int(bits.shape[3]) - left
+    rest = [0] * (len(bits.shape) - 4)
+    padded = topi.nn.pad(from_bits_tensor(bits), [0, 0, top, left, *rest], [0, 0, max(bottom, 0), max(right, 0), *rest],
+                         pad_value=-float("inf"), name="pad")
+
+    def value(n, c, y, x, *lane):  # the window's max as one expression: one pass, widened as it reads
+        taps = [padded[(n, c, y * stride_h + ky * dilation_h, x * stride_w + kx * dilation_w, *lane)]
+                for ky in range(kernel_h) for kx in range(kernel_w)]
+        return to_bits(functools.reduce(tirx.max, taps))
+
+    return te.compute(shape, value, name="pool_max")
 
 
 PRECISIONS = ("fp32", "bf16")
