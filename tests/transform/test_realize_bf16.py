@@ -261,6 +261,27 @@ def test_a_max_pool_between_bf16_kernels_passes_bf16_and_changes_no_output(porta
     assert_close([bits], ort_outputs(_pooled_model(), feed), rtol=2e-2)
 
 
+def test_the_bf16_stem_reads_the_nchw_image_itself(portable):
+    """The network's NCHW image is blocked as the stem conv reads it, not by a layout-transform
+    pass over it first."""
+    from tvm import relax
+
+    from tvm_fuse.frontend import relax_module
+    from tvm_fuse.pipeline import optimize
+    from tvm_fuse.target import parse_target
+
+    target = parse_target(BF16_TARGET)
+    optimized = optimize(relax_module(_pooled_model()).mod, target, bf16=RealizeBf16(vector_lanes(target), True))
+    calls = [b.value for block in optimized["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call)]
+    assert [c.ty.ndim for c in calls if c.op.name == "relax.layout_transform"] == [4]  # the output's, to NCHW
+    stem = next(c for c in calls if c.op.name == "relax.call_tir" and c.args[0].name_hint == "bf16_conv2d")
+    assert [int(d) for d in stem.args[1].fields[0].ty.shape] == [1, 3, 17, 17]
+    feed = {"x": np.random.default_rng(7).standard_normal((1, 3, 17, 17)).astype(np.float32)}
+    ours = tvm_fuse.build(_pooled_model(), "native", precision="bf16")
+    assert_close(ours.run(None, feed), ort_outputs(_pooled_model(), feed), rtol=2e-2)
+
+
 def _dense_block_model(batch_norm_read_twice: bool = False):
     """DenseNet's layer after a stem conv: batch norm + ReLU before each conv (on the stem's
     output, then on the concat of it and the layer's output), 1x1 and 3x3 convs.

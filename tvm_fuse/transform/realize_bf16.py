@@ -65,7 +65,7 @@ from .lower_composites import (
     winograd_enabled,
     winograd_tile,
 )
-from .rebind import is_op, mutate_functions, readers, same_type
+from .rebind import blocked_from_nchw, is_op, mutate_functions, readers, same_type
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -220,6 +220,22 @@ def _prologue(data: relax.Expr, values: dict, reads: dict, conv: relax.Var) -> l
     return steps[::-1]
 
 
+def _sole_blocked_input(data: relax.Expr, values: dict, reads: dict, conv: relax.Var) -> relax.Expr | None:
+    """x where the conv's `data` is layout_transform(x) from NCHW to NCHW{c}c (the network's
+    image, blocked for its stem) read by the conv (the binding `conv`) alone: the conv then
+    reads x, in one pass fewer over the image."""
+    if not isinstance(data, relax.Var) or [getattr(r, "var", None) for r in reads.get(data, [])] != [conv]:
+        return None
+    return blocked_from_nchw(values.get(data))
+
+
+def blocked_view(image: te.Tensor, block: int) -> te.Tensor:
+    """NCHW `image` as NCHW{block}c, read in place (inlined into the pass that reads it)."""
+    batch, channels, height, width = image.shape
+    return te.compute((batch, channels // block, height, width, block),
+                      lambda n, chunk, y, x, lane: image[n, chunk * block + lane, y, x], name="blocked")
+
+
 @mutator
 class _Realizer(PyExprMutator):
     def __init__(self, mod: tvm.IRModule, lanes: int, native: bool, amx: bool):
@@ -263,9 +279,16 @@ class _Realizer(PyExprMutator):
         if steps:  # the conv reads the steps' input and applies them as it rounds it
             args[data] = self.visit_expr(steps[0][1].args[0])
             args += [a for _, step in steps for a in step.args[1:]]
+        image = None if steps else _sole_blocked_input(call.args[data], self.values, self.reads, self.binding)
+        if image is not None:  # the stem reads the network's NCHW input, blocking it as it reads it
+            args[data] = self.visit_expr(image)
         composite = composite_compute(func.body, list(func.params), anchor, widened)
 
         def real(*tensors):
+            if image is not None:
+                operands_in = list(tensors)
+                operands_in[data] = blocked_view(operands_in[data], int(call.args[data].ty.shape[-1]))
+                return composite(*operands_in)
             if not steps:
                 return composite(*tensors)
             operands_in, constants = list(tensors[:len(func.params)]), iter(tensors[len(func.params):])

@@ -59,7 +59,7 @@ from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
 from .lower_composites import OPAQUE, anchor_compute, composite_compute, kernel_call
 from .lower_matmuls import KERNEL_ATTR
-from .rebind import mutate_functions, readers
+from .rebind import blocked_from_nchw, mutate_functions, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 _U8_POOLS = {"relax.nn.max_pool2d"}
@@ -263,7 +263,7 @@ class _Realizer(PyExprMutator):
             return value
         if original not in self.quantized:
             block = -(-int(value.ty.shape[-1]) // QUAD) * QUAD
-            source = _blocked_from_nchw(self.values.get(original))
+            source = blocked_from_nchw(self.values.get(original))
             if source is not None:
                 call = self.builder_.call_te(requantize.quantize_to_blocked, self.visit_expr(source), scale.scale,
                                              scale.zero_point, int(value.ty.shape[-1]), block,
@@ -322,19 +322,6 @@ def _quantized(real, func: relax.Function, output: TensorScale):
     if output.zero_point == 0 and _op_name(func.body.blocks[0].bindings[-1].value) == "relax.nn.relu":
         real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
     return requantize.quantize(real, output.scale, output.zero_point)
-
-
-def _blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
-    """x if `value` is layout_transform(x) from NCHW to NCHW{c}c without padding, else None."""
-    if _op_name(value) != "relax.layout_transform" or value.attrs.pad_value is not None:
-        return None
-    source = value.args[0]
-    if source.ty.ndim != 4 or value.ty.ndim != 5:
-        return None
-    channels = int(value.ty.shape[-1])
-    channel = 2 * channels + 1  # a probe whose block and lane differ from every other index
-    blocked = [int(i) for i in value.attrs.index_map.map_indices([0, channel, 5, 7])]
-    return source if blocked == [0, channel // channels, 5, 7, channel % channels] else None
 
 
 def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:

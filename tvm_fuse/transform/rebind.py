@@ -144,3 +144,16 @@ def readers(func: relax.Function) -> dict[relax.Var, list[relax.VarBinding | Non
             note(binding.value, binding)
     note(func.body.body, None)
     return found
+
+
+def blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
+    """x if `value` is layout_transform(x) from NCHW to NCHW{c}c without padding, else None."""
+    if not is_op(value, "relax.layout_transform") or value.attrs.pad_value is not None:
+        return None
+    source = value.args[0]
+    if source.ty.ndim != 4 or value.ty.ndim != 5:
+        return None
+    channels = int(value.ty.shape[-1])
+    channel = 2 * channels + 1  # a probe whose block and lane differ from every other index
+    blocked = [int(i) for i in value.attrs.index_map.map_indices([0, channel, 5, 7])]
+    return source if blocked == [0, channel // channels, 5, 7, channel % channels] else None
