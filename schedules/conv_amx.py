@@ -72,8 +72,9 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvTiles:
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvTiles]:
     width, chunks = _extents(sch, block)
     height = _height(sch, block)
-    grids = [ConvTiles(r, rt, 1, 1, oy) for r in divisors(width, MAX_ROWS) for rt in divisors(width // r, TILE_REGISTERS)
-             for oy in divisors(height, TILE_REGISTERS) if r * rt * oy > 1] + _runs(sch, block)
+    grids = [ConvTiles(r, rt, 1, 1, oy) for r in divisors(width, MAX_ROWS)
+             for rt in divisors(width // r, TILE_REGISTERS) for oy in divisors(height, TILE_REGISTERS)
+             if r * rt * oy > 1] + _runs(sch, block)
     return [tiles for grid in grids for ct in range(1, TILE_REGISTERS) for b in PROGRAM_BLOCKS
             if (tiles := replace(grid, column_tiles=ct, blocks=b)).fits() and _fits(tiles, b, chunks)]
 

@@ -15,8 +15,9 @@ A kernel whose every reader takes bf16 writes bf16 (as bits, `compute.bf16`): a 
 takes it as its data without a rounding pass, or widens it exactly as an epilogue operand (a
 residual); a depthwise conv (fp32 arithmetic) widens it as it pads it, and writes bf16 itself
 where its readers take it; a concat of bf16 tensors moves them as they are, and a max-pool
-compares them as fp32 and writes bf16 (a stem's output, 112x112x64, then half the bytes). Any other output
-is fp32, so what reads it is unchanged.
+compares them as fp32 and writes bf16 (a stem's 112x112x64 output: half the bytes). Any other
+output is fp32, so what reads it is unchanged. A stem reads the network's NCHW image itself,
+blocking it as it reads it (`_blocked_view`).
 
 On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and whose columns
 a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.dense_amx`),
@@ -170,7 +171,7 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
              if is_op(b.value, "relax.concat") and isinstance(b.value.args[0], relax.Tuple)}
     moves.update({b.var: [b.value.args[0]] for b in bindings if is_op(b.value, "relax.nn.max_pool2d")
                   and str(b.value.attrs.layout) == str(b.value.attrs.out_layout)
-                  and str(b.value.attrs.layout).startswith("NCHW") and _window(b.value.attrs) <= MAX_POOL_TAPS})
+                  and str(b.value.attrs.layout).startswith("NCHW") and _pool_taps(b.value.attrs) <= MAX_POOL_TAPS})
     found = readers(func)
 
     def takes_bits(reader: relax.VarBinding | None, var: relax.Var, writing: set[relax.Var]) -> bool:
@@ -229,7 +230,7 @@ def _sole_blocked_input(data: relax.Expr, values: dict, reads: dict, conv: relax
     return blocked_from_nchw(values.get(data))
 
 
-def blocked_view(image: te.Tensor, block: int) -> te.Tensor:
+def _blocked_view(image: te.Tensor, block: int) -> te.Tensor:
     """NCHW `image` as NCHW{block}c, read in place (inlined into the pass that reads it)."""
     batch, channels, height, width = image.shape
     return te.compute((batch, channels // block, height, width, block),
@@ -287,7 +288,7 @@ class _Realizer(PyExprMutator):
         def real(*tensors):
             if image is not None:
                 operands_in = list(tensors)
-                operands_in[data] = blocked_view(operands_in[data], int(call.args[data].ty.shape[-1]))
+                operands_in[data] = _blocked_view(operands_in[data], int(call.args[data].ty.shape[-1]))
                 return composite(*operands_in)
             if not steps:
                 return composite(*tensors)
@@ -324,7 +325,7 @@ class _Realizer(PyExprMutator):
 MAX_POOL_TAPS = 64  # a bf16 max-pool's window, written out as one expression (`_max_pool_bits`)
 
 
-def _window(attrs) -> int:
+def _pool_taps(attrs) -> int:
     return int(attrs.pool_size[0]) * int(attrs.pool_size[1])
 
 
