@@ -66,7 +66,7 @@ from .lower_composites import (
     winograd_enabled,
     winograd_tile,
 )
-from .rebind import blocked_from_nchw, is_op, mutate_functions, readers, same_type
+from .rebind import blocked_from_nchw, is_op, mutate_functions, read_only_by, readers, same_type
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -207,8 +207,7 @@ def _prologue(data: relax.Expr, values: dict, reads: dict, conv: relax.Var) -> l
     the normalized tensor in fp32 for the conv to read. Each step as (its variable, its call);
     [] if `data` is not so made."""
     steps, var, reader = [], data, conv
-    while isinstance(var, relax.Var) and var in values and [getattr(r, "var", None) for r in reads.get(var, [])] \
-            == [reader]:
+    while isinstance(var, relax.Var) and var in values and read_only_by(reads, var, reader):
         step = values[var]
         if not (isinstance(step, relax.Call) and isinstance(step.op, tvm.ir.Op) and step.op.name in _PROLOGUE_OPS):
             break
@@ -225,7 +224,7 @@ def _sole_blocked_input(data: relax.Expr, values: dict, reads: dict, conv: relax
     """x where the conv's `data` is layout_transform(x) from NCHW to NCHW{c}c (the network's
     image, blocked for its stem) read by the conv (the binding `conv`) alone: the conv then
     reads x, in one pass fewer over the image."""
-    if not isinstance(data, relax.Var) or [getattr(r, "var", None) for r in reads.get(data, [])] != [conv]:
+    if not isinstance(data, relax.Var) or not read_only_by(reads, data, conv):
         return None
     return blocked_from_nchw(values.get(data))
 
@@ -286,18 +285,15 @@ class _Realizer(PyExprMutator):
         composite = composite_compute(func.body, list(func.params), anchor, widened)
 
         def real(*tensors):
-            if image is not None:
-                operands_in = list(tensors)
-                operands_in[data] = _blocked_view(operands_in[data], int(call.args[data].ty.shape[-1]))
-                return composite(*operands_in)
-            if not steps:
-                return composite(*tensors)
             operands_in, constants = list(tensors[:len(func.params)]), iter(tensors[len(func.params):])
-            value = operands_in[data]
-            value = from_bits_tensor(value) if value.dtype == BITS else value
-            for _, step in steps:
-                value = _PROLOGUE_OPS[step.op.name](value, *(next(constants) for _ in step.args[1:]))
-            operands_in[data] = value
+            if image is not None:
+                operands_in[data] = _blocked_view(operands_in[data], int(call.args[data].ty.shape[-1]))
+            if steps:
+                value = operands_in[data]
+                value = from_bits_tensor(value) if value.dtype == BITS else value
+                for _, step in steps:
+                    value = _PROLOGUE_OPS[step.op.name](value, *(next(constants) for _ in step.args[1:]))
+                operands_in[data] = value
             return composite(*operands_in)
 
         nodes = {n for var, step in steps for n in [provenance.node_index(var), *provenance.span_nodes(step)]}

@@ -59,7 +59,7 @@ from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
 from .lower_composites import OPAQUE, anchor_compute, composite_compute, kernel_call
 from .lower_matmuls import KERNEL_ATTR
-from .rebind import blocked_from_nchw, mutate_functions, readers
+from .rebind import blocked_from_nchw, mutate_functions, read_only_by, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 _U8_POOLS = {"relax.nn.max_pool2d"}
@@ -351,7 +351,7 @@ def _u8_plan(mod: tvm.IRModule, values: dict[relax.Var, relax.Expr], convs: dict
         if op in _U8_POOLS:
             return True
         concat = op == "relax.concat" and int(values[var].attrs.axis) == 1 and names.get(var) in table.tensors
-        return concat and all(s in convs and [getattr(r, "var", None) for r in read_by[s]] == [var]
+        return concat and all(s in convs and read_only_by(read_by, s, var)
                               for s in sources(var))
 
     @functools.cache

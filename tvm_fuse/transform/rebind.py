@@ -146,6 +146,11 @@ def readers(func: relax.Function) -> dict[relax.Var, list[relax.VarBinding | Non
     return found
 
 
+def read_only_by(reads: dict, var: relax.Expr, reader: relax.Var) -> bool:
+    """Whether `var` is read once, by the binding of `reader` (`reads`: `readers(func)`)."""
+    return [getattr(r, "var", None) for r in reads.get(var, [])] == [reader]
+
+
 def blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
     """x if `value` is layout_transform(x) from NCHW to NCHW{c}c without padding, else None."""
     if not is_op(value, "relax.layout_transform") or value.attrs.pad_value is not None:
