@@ -94,6 +94,21 @@ def divisor(extent, choices) -> int:
 
 PARALLEL_MIN = 64  # fuse leading loops until there is this much parallel work
 
+# Weights above this many bytes stream from L3 on every call: a conv's tasks then split its
+# output channels between the cores, each reading half of them. Below it they split the image,
+# so each core's output rows stay in its L2 for the next conv, which reads the same rows.
+CHANNEL_SPLIT_WEIGHT_BYTES = 1 << 20
+
+
+def splits_channels(sch: s_tir.Schedule, block) -> bool:
+    """Whether the conv `block`'s tasks split its output channels (its weights, the block's
+    second read, are larger than `CHANNEL_SPLIT_WEIGHT_BYTES`) rather than its rows."""
+    weight = sch.get(block).reads[1].source
+    size = tvm.DataType(str(weight.dtype)).bits // 8
+    for extent in weight.shape:
+        size *= int(extent)
+    return size > CHANNEL_SPLIT_WEIGHT_BYTES
+
 
 def parallelize_leading(sch: s_tir.Schedule, loops) -> None:
     """Fuse `loops` from the first until they hold `PARALLEL_MIN` iterations (a symbolic

@@ -7,7 +7,8 @@ block and kernel tap, an A tile of the tap's input pixels (a row of the tile is 
 channel block, read at the conv's stride) and a B tile of the tap's packed weights, which the
 VNNI / BF16 packing already lays out as B tiles. The C block is stored to the stack, and the
 fused epilogue (requantize, bias, residual) runs from there in AVX-512, as `schedules.dense_amx`
-does.
+does. The tasks split the image's rows between the cores (and so does the pass that pads the
+input), unless the weights are large (`common.splits_channels`): then the output channels.
 
 The knobs are the tiles (`amx.ConvTiles`): pixels per tile (a divisor of the output width, at
 most 16), row tiles, output rows and column tiles, C + B tiles and an A tile within the 8 tile
@@ -23,7 +24,7 @@ from tvm import s_tir
 
 from .amx import (BF16, INT8, MAX_ROWS, ROW_BYTES, TILE_REGISTERS, ConvTiles, ConvWindow, TileKind,
                   conv_tile_product, tensorize_tiles)
-from .common import divisors, static_extent, store_tile
+from .common import divisors, splits_channels, static_extent, store_tile
 from .conv_nchwc_dot import inline_elementwise, input_pass
 
 
@@ -125,13 +126,15 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = N
     if knobs.width and knobs.width != _extents(sch, block)[0]:  # a run's rows are the input's whole rows
         raise ValueError(f"{knobs}: a run of tiles over rows of {knobs.width}, in a conv of another width")
     epilogue = inline_elementwise(sch, block)
-    input_pass(sch, block, lanes)  # the padded input in memory, where tiles load it
+    split_channels = splits_channels(sch, block)
+    input_pass(sch, block, lanes, rows_first=not split_channels)  # the padded input, where tiles load it
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles * knobs.blocks])
     y_out, y_in = sch.split(y, [None, knobs.output_rows])
     x_out, x_in = sch.split(x, [None, knobs.row_pixels])
-    sch.reorder(n, chunk_out, y_out, x_out, chunk_in, y_in, x_in, lane, ic, ky, kx, group, member)
-    outer = sch.fuse(n, chunk_out, y_out, x_out)
+    tasks = [n, chunk_out, y_out, x_out] if split_channels else [n, y_out, x_out, chunk_out]
+    sch.reorder(*tasks, chunk_in, y_in, x_in, lane, ic, ky, kx, group, member)
+    outer = sch.fuse(*tasks)
     sch.parallel(outer)  # each task configures its own tiles: the program starts with ldtilecfg
     write_back = sch.cache_write(block, 0, "local")  # the C block on the stack, for the epilogue
     sch.reverse_compute_at(write_back, outer)

@@ -17,6 +17,7 @@ from .common import (
     divisors,
     fullest_tile,
     inline_epilogue,
+    splits_channels,
     static_extent,
     store_tile,
 )
@@ -83,14 +84,19 @@ def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[Depthwi
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     epilogue = inline_epilogue(sch, block)
-    for pad in sch.get_producers(block):
-        sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
+    split_channels = splits_channels(sch, block)
+    for pad in sch.get_producers(block):  # split as the conv's tasks are
+        n, chunk, y = sch.get_loops(pad)[:3]
+        if not split_channels:
+            sch.reorder(y, chunk)
+        sch.parallel(sch.fuse(n, chunk if split_channels else y))
     n, chunk, y, x, lane, ic, ky, kx, ib = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     # Each broadcast input feeds channel_tile FMAs, each weight vector width_tile FMAs.
-    sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, ib, x_in, chunk_in, lane)
-    sch.parallel(sch.fuse(n, chunk_out, y))
+    tasks = [n, chunk_out, y] if split_channels else [n, y, chunk_out]
+    sch.reorder(*tasks, x_out, ic, ky, kx, ib, x_in, chunk_in, lane)
+    sch.parallel(sch.fuse(*tasks))
     unrolled = [chunk_in, x_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from tvm import s_tir
 
 from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, parallelize_leading,
-                     static_extent, store_tile, vectorize_innermost)
+                     splits_channels, static_extent, store_tile, vectorize_innermost)
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
@@ -67,12 +67,14 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, chann
                               intrinsic: Callable[[int], str], lanes: int) -> None:
     """`intrinsic(lanes)`: the tensor intrinsic's name for an output block of `lanes` accumulators."""
     epilogue = inline_elementwise(sch, block)
-    input_pass(sch, block, lanes)
+    split_channels = splits_channels(sch, block)
+    input_pass(sch, block, lanes, rows_first=not split_channels)
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, channel_tile])
     x_out, x_in = sch.split(x, [None, width_tile])
-    sch.reorder(n, chunk_out, y, x_out, ic, ky, kx, group, x_in, chunk_in, lane, member)
-    sch.parallel(sch.fuse(n, chunk_out, y))
+    tasks = [n, chunk_out, y] if split_channels else [n, y, chunk_out]
+    sch.reorder(*tasks, x_out, ic, ky, kx, group, x_in, chunk_in, lane, member)
+    sch.parallel(sch.fuse(*tasks))
     write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)
     sch.tensorize(lane, intrinsic(static_extent(sch.get(lane).extent)))
     store_tile(sch, write_back, epilogue, x_out, lanes, unroll=True)
@@ -93,10 +95,15 @@ def inline_elementwise(sch: s_tir.Schedule, anchor):
     return None if sch.get(blocks[-1]).name_hint == sch.get(anchor).name_hint else blocks[-1]
 
 
-def input_pass(sch: s_tir.Schedule, anchor, lanes: int) -> None:
+def input_pass(sch: s_tir.Schedule, anchor, lanes: int, rows_first: bool = False) -> None:
     """The anchor's direct producers (its padded input, rounded to bf16 or normalized as it is
     read) as passes of their own: parallel over their outer loops (batch and channel blocks,
-    and rows where those are few: an image's one block), vectorized inside."""
+    and rows where those are few: an image's one block; `rows_first`: batch and rows, the
+    split of a conv whose tasks split the image), vectorized inside."""
     for producer in sch.get_producers(anchor):
-        parallelize_leading(sch, sch.get_loops(producer)[:-1])
+        loops = sch.get_loops(producer)
+        if rows_first and len(loops) == 5:  # [batch, channel blocks, rows, columns, block]
+            sch.reorder(loops[2], loops[1])
+            loops = sch.get_loops(producer)
+        parallelize_leading(sch, loops[:-1])
         vectorize_innermost(sch, producer, lanes)

@@ -26,7 +26,7 @@ from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.quantization.weights import pack_vnni
-from tvm_fuse.schedules import KNOBS_ATTR, ConvTiles, apply, conv_amx, knob_space
+from tvm_fuse.schedules import KNOBS_ATTR, ConvTiles, apply, common, conv_amx, knob_space
 from tvm_fuse.target import host_cpu, parse_target
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 
@@ -201,6 +201,24 @@ def test_a_conv_program_computes_several_c_blocks_in_turn_by_default(window, blo
     sch = tvm.s_tir.Schedule(_int8_kernel(window))
     default = conv_amx.default_knobs(sch, sch.get_sblock("conv"), 16)
     assert default.blocks == blocks and default.column_tiles == 2
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+@pytest.mark.parametrize("threshold, outer, pad_outer", [(1 << 40, r"v_y_o = T.axis.spatial\(4, \w+ // 4\)",
+                                                          r"v_i2 = T.axis.spatial\(10, \w+ // 20\)"),
+                                                         (0, r"v_oc_o = T.axis.spatial\(4, \w+ // 4\)",
+                                                          r"v_i1 = T.axis.spatial\(2, \w+ // 100\)")])
+def test_a_conv_splits_its_rows_between_cores_unless_its_weights_are_large(threshold, outer, pad_outer, program,
+                                                                          monkeypatch):
+    """Weights up to `common.CHANNEL_SPLIT_WEIGHT_BYTES`: the tasks (and the padded input's pass) split
+    the image's rows, outermost; above it, the output channels. Both compute the same conv."""
+    monkeypatch.setattr(common, "CHANNEL_SPLIT_WEIGHT_BYTES", threshold)
+    window = (2, 16, 8, 8, 3, 1, 1, 1)
+    script = apply(_int8_kernel(window), 16).script()
+    assert re.search(outer, script) and re.search(pad_outer, script)
+    data, weight = _int8_operands(window)
+    expected = _reference(data, weight, 1, 1, 1, pad_value=3)
+    np.testing.assert_array_equal(_run(_int8_kernel(window), program, [data, weight], expected), expected)
 
 
 @pytest.mark.parametrize("make, instruction, vector", [(_int8_kernel, "tdpbusd", "vpdpbusd"),
