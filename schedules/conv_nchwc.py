@@ -111,11 +111,14 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
         if knobs.inline_padding:
             sch.compute_inline(pad)
         else:
-            sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
+            n, chunk, y = sch.get_loops(pad)[:3]
+            sch.reorder(y, chunk)
+            sch.parallel(sch.fuse(n, y))
+    # Rows outermost, as a conv with small weights splits them (`common.splits_channels`).
     n, chunk, y, x, lane, ky, kx = sch.get_loops(block)
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
-    sch.reorder(n, chunk, y, x_out, ky, kx, x_in, lane)
-    sch.parallel(sch.fuse(n, chunk, y))
+    sch.reorder(n, y, chunk, x_out, ky, kx, x_in, lane)
+    sch.parallel(sch.fuse(n, y, chunk))
     unrolled = [x_in] + ([ky, kx] if knobs.unroll_taps else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ky, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)

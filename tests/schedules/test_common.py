@@ -1,6 +1,6 @@
 """Shared schedule rules (`schedules.common`): which way a conv's parallel tasks split between
 the cores (`splits_channels`), for the fp32 and dot-product convs (the AMX conv's own test is
-in `test_conv_amx.py`)."""
+in `test_conv_amx.py`), and the depthwise convs' rows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tests.conftest import assert_close, ort_outputs
 from tests.quantization.models import residual_block
 from tests.schedules.test_conv_amx import VECTOR_HOST
 from tvm_fuse import QuantConfig
-from tvm_fuse.compute.conv_nchwc import conv2d_nchwc
+from tvm_fuse.compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.schedules import apply, common
 
@@ -44,6 +44,15 @@ def test_a_conv_splits_its_rows_between_cores_unless_its_weights_are_large(make,
     monkeypatch.setattr(common, "CHANNEL_SPLIT_WEIGHT_BYTES", threshold)
     script = apply(make(), 16).script()
     assert re.search(outer, script), script
+
+
+def test_a_depthwise_conv_splits_its_rows_between_cores():
+    """Its weights are a few KB: rows outermost, as `splits_channels` splits a small conv."""
+    data = te.placeholder((1, 4, 8, 8, 16), name="data")
+    weight = te.placeholder((4, 1, 3, 3, 1, 16), name="weight")
+    func = te.create_prim_func([data, weight, depthwise_conv2d_nchwc(data, weight, (1, 1), (1, 1, 1, 1), (1, 1))])
+    script = apply(func, 16).script()
+    assert re.search(r"v_y = T.axis.spatial\(8, \w+_fused // 4\)", script), script
 
 
 @pytest.mark.parametrize("int8", [False, pytest.param(True, marks=pytest.mark.vnni)])
