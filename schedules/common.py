@@ -110,6 +110,14 @@ def splits_channels(sch: s_tir.Schedule, block) -> bool:
     return size > CHANNEL_SPLIT_WEIGHT_BYTES
 
 
+def rows_outermost(sch: s_tir.Schedule, block) -> list:
+    """The loops of an NCHW{c}c `block` ([batch, channel blocks, rows, ...]) with the rows moved
+    above the channel blocks, for a pass split between the cores as a conv that splits rows."""
+    loops = sch.get_loops(block)
+    sch.reorder(loops[2], loops[1])
+    return sch.get_loops(block)
+
+
 def parallelize_leading(sch: s_tir.Schedule, loops) -> None:
     """Fuse `loops` from the first until they hold `PARALLEL_MIN` iterations (a symbolic
     extent counts as that many), into one parallel loop."""

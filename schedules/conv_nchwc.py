@@ -17,6 +17,7 @@ from .common import (
     divisors,
     fullest_tile,
     inline_epilogue,
+    rows_outermost,
     splits_channels,
     static_extent,
     store_tile,
@@ -86,10 +87,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     epilogue = inline_epilogue(sch, block)
     split_channels = splits_channels(sch, block)
     for pad in sch.get_producers(block):  # split as the conv's tasks are
-        n, chunk, y = sch.get_loops(pad)[:3]
-        if not split_channels:
-            sch.reorder(y, chunk)
-        sch.parallel(sch.fuse(n, chunk if split_channels else y))
+        sch.parallel(sch.fuse(*(sch.get_loops(pad) if split_channels else rows_outermost(sch, pad))[:2]))
     n, chunk, y, x, lane, ic, ky, kx, ib = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
@@ -111,9 +109,7 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
         if knobs.inline_padding:
             sch.compute_inline(pad)
         else:
-            n, chunk, y = sch.get_loops(pad)[:3]
-            sch.reorder(y, chunk)
-            sch.parallel(sch.fuse(n, y))
+            sch.parallel(sch.fuse(*rows_outermost(sch, pad)[:2]))
     # Rows outermost, as a conv with small weights splits them (`common.splits_channels`).
     n, chunk, y, x, lane, ky, kx = sch.get_loops(block)
     x_out, x_in = sch.split(x, [None, knobs.width_tile])

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from tvm import s_tir
 
 from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, parallelize_leading,
-                     splits_channels, static_extent, store_tile, vectorize_innermost)
+                     rows_outermost, splits_channels, static_extent, store_tile, vectorize_innermost)
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
@@ -103,7 +103,6 @@ def input_pass(sch: s_tir.Schedule, anchor, lanes: int, rows_first: bool = False
     for producer in sch.get_producers(anchor):
         loops = sch.get_loops(producer)
         if rows_first and len(loops) == 5:  # [batch, channel blocks, rows, columns, block]
-            sch.reorder(loops[2], loops[1])
-            loops = sch.get_loops(producer)
+            loops = rows_outermost(sch, producer)
         parallelize_leading(sch, loops[:-1])
         vectorize_innermost(sch, producer, lanes)
