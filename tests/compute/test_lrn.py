@@ -4,6 +4,8 @@ square roots and by `powf`, and 3-D inputs."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -45,6 +47,7 @@ def _run(shape, size, alpha, beta, bias, knobs=None, values=None):
     ((1, 16, 6, 6), 5, 1e-1, 0.75, 0.0),  # no bias: square roots (a sum may be 0)
     ((1, 16, 6, 6), 5, 1e-1, 0.6, 1.0),  # any other exponent: powf
     ((1, 12, 20), 1, 1e-1, 0.75, 1.0),  # 3-D, a window of one
+    ((1, 16, 5, 7), 5, 1e-2, 0.75, 1.0),  # 35 pixels a channel: 2 vectors, then 3 pixels one at a time
 ])
 def test_lrn_is_the_onnx_definition(shape, size, alpha, beta, bias):
     ours, expected = _run(shape, size, alpha, beta, bias)
@@ -53,10 +56,19 @@ def test_lrn_is_the_onnx_definition(shape, size, alpha, beta, bias):
 
 @pytest.mark.avx512
 def test_every_vector_width_computes_the_same():
+    """35 pixels a channel: each width leaves a remainder, computed one pixel at a time."""
     for knobs in knob_space(te.create_prim_func(
-            [x := te.placeholder((1, 8, 4, 8), "float32", name="x"), local_response_norm(x, 5, 1e-2, 0.75, 1.0)]), 16):
-        ours, expected = _run((1, 8, 4, 8), 5, 1e-2, 0.75, 1.0, knobs)
+            [x := te.placeholder((1, 8, 5, 7), "float32", name="x"), local_response_norm(x, 5, 1e-2, 0.75, 1.0)]), 16):
+        ours, expected = _run((1, 8, 5, 7), 5, 1e-2, 0.75, 1.0, knobs)
         np.testing.assert_allclose(ours, expected, rtol=2e-6)
+
+
+def test_a_channel_of_an_odd_pixel_count_runs_a_vector_at_a_time():
+    """GoogLeNet's 55 x 55 channels: 189 vectors of 16 pixels, then the last pixel alone (no
+    vector width divides 3025, so the whole channel ran one pixel at a time before)."""
+    x = te.placeholder((1, 8, 55, 55), "float32", name="x")
+    script = apply(te.create_prim_func([x, local_response_norm(x, 5, 1e-4, 0.75, 1.0)]), 16).script()
+    assert re.search(r"in range\(189\):\s+for \w+ in T\.vectorized\(16\)", script), script
 
 
 @pytest.mark.avx512
