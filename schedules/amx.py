@@ -135,7 +135,7 @@ class ConvWindow:
     blocks of `block` channels, a `kernel_h` x `kernel_w` window at `dilation`, and the input
     steps between neighbouring output pixels of a row (`stride`) and of a column (`stride_h`);
     `out_block` output channels per output block: a C tile's columns (16, or 8 where the layout
-    blocks channels by 8: MobileNetV2's 24)."""
+    blocks channels by 8: MobileNetV2's 24), or two C tiles' (32: a bf16 build's wide blocks)."""
     chunks: int
     block: int
     kernel_h: int
@@ -145,6 +145,16 @@ class ConvWindow:
     dilation_h: int
     dilation_w: int
     out_block: int = COLUMNS
+
+    @property
+    def tile_columns(self) -> int:
+        """Output channels per C tile: the output block's, at most a tile row's 16."""
+        return min(self.out_block, COLUMNS)
+
+    @property
+    def block_tiles(self) -> int:
+        """C tiles side by side in one output block."""
+        return self.out_block // self.tile_columns
 
     def span(self, rows: int, pixels: int) -> tuple[int, int]:
         """(rows, columns) of the input that `rows` x `pixels` neighbouring outputs read."""
@@ -178,6 +188,8 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
         if not tiles.fits() or row_bytes % 4 or row_bytes > ROW_BYTES:
             raise ValueError(f"{tiles} over {window}: more than {TILE_REGISTERS} tiles, or a channel block "
                              f"that is not a tile row")
+        if tiles.column_tiles % window.block_tiles:
+            raise ValueError(f"{tiles} over {window}: its column tiles are not whole output blocks")
         if tiles.width and window.run(tiles.output_rows, tiles.width) != tiles.rows * tiles.row_tiles:
             raise ValueError(f"{tiles} over {window}: its tiles are not one run over its rows")
         TensorIntrin.register(name, _conv_desc(kind, tiles, window), _conv_impl(kind, tiles, window, emulated))
@@ -186,13 +198,13 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
 
 def _conv_shapes(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tuple:
     """The shapes of the conv program's operands: A the input window [chunks, rows, columns,
-    block], B the weights of its output blocks [blocks x column_tiles, chunks, kh, kw,
-    block / pack, out_block, pack], C the output blocks' accumulators [blocks x column_tiles,
-    output_rows, pixels, out_block]."""
-    pixels, w, out_blocks = tiles.row_pixels, window, tiles.blocks * tiles.column_tiles
+    block], B the weights of its C tiles [blocks x column_tiles, chunks, kh, kw, block / pack,
+    tile_columns, pack] (`compute.bf16.split_output_blocks`), C the output blocks' accumulators
+    [blocks x column_tiles / block_tiles, output_rows, pixels, out_block]."""
+    pixels, w, columns = tiles.row_pixels, window, tiles.blocks * tiles.column_tiles
     return ((w.chunks, *w.span(tiles.output_rows, pixels), w.block),
-            (out_blocks, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, w.out_block, kind.pack),
-            (out_blocks, tiles.output_rows, pixels, w.out_block))
+            (columns, w.chunks, w.kernel_h, w.kernel_w, w.block // kind.pack, w.tile_columns, kind.pack),
+            (columns // w.block_tiles, tiles.output_rows, pixels, w.out_block))
 
 
 def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.PrimFunc:
@@ -200,7 +212,7 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
     loop order `schedules.conv_amx` leaves; a loop of one iteration (a 1x1 kernel's taps, one
     column tile) is a loop, but no iterator of the block TVM matches, so none here either."""
     w, pack = window, kind.pack
-    extents = dict(oc=tiles.blocks * tiles.column_tiles, y=tiles.output_rows, x=tiles.row_pixels,
+    extents = dict(oc=tiles.blocks * tiles.column_tiles // w.block_tiles, y=tiles.output_rows, x=tiles.row_pixels,
                    lane=w.out_block, ic=w.chunks, ky=w.kernel_h, kx=w.kernel_w, g=w.block // pack, p=pack)
     looped = [name for name, extent in extents.items() if extent > 1]
 
@@ -215,7 +227,9 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
                 out = [v["oc"], v["y"], v["x"], v["lane"]]
                 row = v["y"] * w.stride_h + v["ky"] * w.dilation_h
                 pixel = A[v["ic"], row, v["x"] * w.stride + v["kx"] * w.dilation_w, v["g"] * pack + v["p"]]
-                weight = B[v["oc"], v["ic"], v["ky"], v["kx"], v["g"], v["lane"], v["p"]]
+                column = (v["oc"], v["lane"]) if w.block_tiles == 1 else \
+                    (v["oc"] * w.block_tiles + v["lane"] // w.tile_columns, v["lane"] % w.tile_columns)
+                weight = B[column[0], v["ic"], v["ky"], v["kx"], v["g"], column[1], v["p"]]
                 tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
     return made[0]
 
@@ -233,7 +247,7 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
     b_tiles = [c_count + c for c in range(b_count)]
     a_tiles = [c_count + b_count + a for a in range(tiles.a_registers)]
     row_bytes = w.block * _size(kind.a)
-    column_bytes = w.out_block * 4  # a C row (fp32 / s32) and a B row (one 4-byte word per column)
+    column_bytes = w.tile_columns * 4  # a C row (fp32 / s32) and a B row (one 4-byte word per column)
     shapes = [(tiles.rows, column_bytes, kind.c)] * c_count + [(row_bytes // 4, column_bytes, kind.b)] * b_count \
         + [(tiles.rows, row_bytes, kind.a)] * len(a_tiles)
     # Where each A tile's first pixel is in the input window and its C tile's in C, as (row, pixel):
@@ -244,14 +258,18 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
     with _conv_function("impl", kind, tiles, window) as ((A, B, C, a_strides, c_strides), made):
         with (_EmulatedTiles if emulated else _HardwareTiles)(shapes, [A, B, C]) as machine, \
                 tb.serial(0, tiles.blocks) as block:
-            first = block * tiles.column_tiles  # this C block's first output block
+            first = block * tiles.column_tiles  # this C block's first column tile
+
+            def column(c):  # column tile c's output block, and its first channel there
+                return (first + c) // w.block_tiles, (first + c) % w.block_tiles * w.tile_columns
+
             for tile in c_tiles.values():
                 machine.zero(tile)
             with tb.grid(w.chunks, w.kernel_h, w.kernel_w) as (ic, ky, kx):
                 tap = (ic * w.kernel_h + ky) * w.kernel_w + kx
                 for c, tile in enumerate(b_tiles):
                     machine.load(tile, B, (((first + c) * w.chunks * w.kernel_h * w.kernel_w) + tap) * tap_words,
-                                 w.out_block * kind.pack)
+                                 w.tile_columns * kind.pack)
                 for t, (y, x) in enumerate(placed):
                     a_tile = a_tiles[t % len(a_tiles)]
                     row = y * w.stride_h + ky * w.dilation_h
@@ -262,7 +280,9 @@ def _conv_impl(kind: TileKind, tiles: ConvTiles, window: ConvWindow, emulated: b
                         machine.product(kind, c_tiles[t, c], a_tile, b_tile)
             for (t, c), tile in c_tiles.items():
                 y, x = placed[t]
-                machine.store(tile, C, (first + c) * c_strides[0] + y * c_strides[1] + x * c_strides[2], c_strides[2])
+                out_block, channel = column(c)
+                machine.store(tile, C, out_block * c_strides[0] + y * c_strides[1] + x * c_strides[2] + channel,
+                              c_strides[2])
     return made[0]
 
 

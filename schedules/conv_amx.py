@@ -1,6 +1,6 @@
 """NCHW{c}c convs on AMX tiles (`tvm_fuse.compute.conv_nchwc_int8` / `conv_nchwc_bf16` with
 `amx=True`): each parallel task computes `row_tiles * rows` neighbouring output pixels of each
-of `output_rows` rows x `column_tiles` output blocks (of 16 or 8 channels) over the whole
+of `output_rows` rows x `column_tiles` C tiles (of 16 or 8 channels; two to an output block of 32) over the whole
 reduction, `blocks` such C blocks along the output channels in turn, with one tile program
 (`schedules.amx.conv_tile_product`, which loads the tile configuration once): per input channel
 block and kernel tap, an A tile of the tap's input pixels (a row of the tile is one pixel's
@@ -33,9 +33,10 @@ def _kind(sch: s_tir.Schedule, block) -> TileKind:
 
 
 def _extents(sch: s_tir.Schedule, block) -> tuple[int, int]:
-    """(output width, output channel blocks)."""
+    """(output width, C tiles along the output channels: its blocks' `ConvWindow.block_tiles` each)."""
     loops = sch.get_loops(block)
-    return static_extent(sch.get(loops[3]).extent), static_extent(sch.get(loops[1]).extent)
+    return static_extent(sch.get(loops[3]).extent), \
+        static_extent(sch.get(loops[1]).extent) * _window(sch, block).block_tiles
 
 
 # A task's C blocks at most this many bytes: the stack block its epilogue reads stays in L1.
@@ -59,7 +60,9 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvTiles:
     rows = max(divisors(width, MAX_ROWS))
     runs = [run for run in _runs(sch, block) if run.row_tiles / run.output_rows < width // rows]
     fewest = min((run.row_tiles / run.output_rows for run in runs), default=0)
-    grids = [(pixel_tiles, columns) for pixel_tiles, columns in CONV_TILE_GRIDS if chunks % columns == 0]
+    whole = _window(sch, block).block_tiles
+    grids = [(pixel_tiles, columns) for pixel_tiles, columns in CONV_TILE_GRIDS
+             if chunks % columns == 0 and columns % whole == 0]
     tiles = next((replace(run, column_tiles=columns) for pixel_tiles, columns in grids for run in runs
                   if run.row_tiles == pixel_tiles and run.row_tiles / run.output_rows == fewest), None) or \
         next(ConvTiles(rows, row_tiles, columns, 1, pixel_tiles // row_tiles) for pixel_tiles, columns in grids
@@ -76,7 +79,8 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvTiles]:
     grids = [ConvTiles(r, rt, 1, 1, oy) for r in divisors(width, MAX_ROWS)
              for rt in divisors(width // r, TILE_REGISTERS) for oy in divisors(height, TILE_REGISTERS)
              if r * rt * oy > 1] + _runs(sch, block)
-    return [tiles for grid in grids for ct in range(1, TILE_REGISTERS) for b in PROGRAM_BLOCKS
+    whole = _window(sch, block).block_tiles
+    return [tiles for grid in grids for ct in range(whole, TILE_REGISTERS, whole) for b in PROGRAM_BLOCKS
             if (tiles := replace(grid, column_tiles=ct, blocks=b)).fits() and _fits(tiles, b, chunks)]
 
 
@@ -99,15 +103,15 @@ def _runs(sch: s_tir.Schedule, block) -> list[ConvTiles]:
 
 
 def _fits(tiles: ConvTiles, blocks: int, chunks: int) -> bool:
-    """Whether `blocks` C blocks of `tiles` divide the output blocks and fit `STACK_BYTES`."""
+    """Whether `blocks` C blocks of `tiles` divide the output's `chunks` C tiles and fit `STACK_BYTES`."""
     block_bytes = tiles.rows * tiles.pixel_tiles * tiles.column_tiles * ROW_BYTES
     return chunks % (tiles.column_tiles * blocks) == 0 and blocks * block_bytes <= STACK_BYTES
 
 
 def _tasks(sch: s_tir.Schedule, block, tiles: ConvTiles) -> int:
     """The parallel tasks of one C block per program: batch x C blocks x output rows x row blocks."""
-    n, chunk, y, x = (static_extent(sch.get(loop).extent) or 1 for loop in sch.get_loops(block)[:4])
-    return n * chunk // tiles.column_tiles * y // tiles.output_rows * x // tiles.row_pixels
+    n, _, y, x = (static_extent(sch.get(loop).extent) or 1 for loop in sch.get_loops(block)[:4])
+    return n * _extents(sch, block)[1] // tiles.column_tiles * y // tiles.output_rows * x // tiles.row_pixels
 
 
 def _window(sch: s_tir.Schedule, block) -> ConvWindow:
@@ -129,7 +133,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = N
     split_channels = splits_channels(sch, block)
     input_pass(sch, block, lanes, rows_first=not split_channels)  # the padded input, where tiles load it
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
-    chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles * knobs.blocks])
+    chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles * knobs.blocks // window.block_tiles])
     y_out, y_in = sch.split(y, [None, knobs.output_rows])
     x_out, x_in = sch.split(x, [None, knobs.row_pixels])
     tasks = [n, chunk_out, y_out, x_out] if split_channels else [n, y_out, x_out, chunk_out]

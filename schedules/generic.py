@@ -163,7 +163,7 @@ def _is_window_over_lanes(sch: s_tir.Schedule, block) -> bool:
         return False
     lane = stmt.iter_vars[kinds.count(0) - 1].var
     regions = [*stmt.reads, *stmt.writes]
-    return _extent(sch, loops[kinds.count(0) - 1]) in (8, 16) and all(
+    return _extent(sch, loops[kinds.count(0) - 1]) in (8, 16, 32) and all(
         r.region and r.region[-1].min.same_as(lane) for r in regions)
 
 

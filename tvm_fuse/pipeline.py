@@ -17,6 +17,7 @@ from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .patterns.table import ATTENTION_FAMILY
+from .target import isa_features
 from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
@@ -82,10 +83,12 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     ]
 
 
-def layout(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
-    """Conv chains in NCHW{c}c, c the fp32 vector width; weights repacked at build time."""
+def layout(target: tvm.target.Target, disabled: Collection[str], bf16: bool = False) -> list[tvm.transform.Pass]:
+    """Conv chains in NCHW{c}c, c the fp32 vector width (in a `bf16` build for AMX-BF16, twice
+    it where the convs' channels allow: an AMX conv's tile row); weights repacked at build time."""
     lanes = vector_lanes(target)
-    return [PadOutputChannels(lanes), BlockedLayout(lanes), FoldLayoutChains(), SinkLayoutTransforms(),
+    wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
+    return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), FoldLayoutChains(), SinkLayoutTransforms(),
             relax.transform.FoldConstant()]
 
 
@@ -156,11 +159,12 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
 def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
              tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None,
              bf16: tvm.transform.Pass | None = None) -> tvm.IRModule:
-    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`), then `kernels`: the
+    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`; `bf16` tells `layout`
+    too), then `kernels`: the
     fused, scheduled graph the fusion report reads."""
     realize = [p for p in (int8, bf16) if p is not None]
-    passes = [p for phase in PHASES for p in (fuse(target, disabled, realize, bf16 is not None) if phase is fuse
-                                             else phase(target, disabled))] + kernels(target, tuning)
+    passes = [*canonicalize(target, disabled), *layout(target, disabled, bf16 is not None),
+              *fuse(target, disabled, realize, bf16 is not None), *kernels(target, tuning)]
     return _in_target("tvm_fuse.optimize", passes, target)(mod)
 
 

@@ -87,6 +87,15 @@ def test_inputs_the_block_does_not_divide_take_half_a_block_or_nchw(in_channels,
     np.testing.assert_allclose(_run(mod, x, pipeline=True), _run(mod, x, pipeline=False), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("out_channels, blocks", [(32, ["NCHW32c", "NCHW32c"]), (48, ["NCHW16c", "NCHW16c"])])
+def test_a_wide_block_is_taken_only_where_every_conv_takes_it(out_channels, blocks):
+    """A bf16 build for AMX asks for blocks of 32 (an AMX conv's tile row): a model whose convs'
+    channels 32 divides runs in them; one whose convs would mix 32 and 16 stays in 16s, so a
+    concat or add between chains never meets two blocks."""
+    blocked = BlockedLayout(16, 32)(_chain(out_channels))
+    assert [str(c.attrs.out_layout) for c in _calls(blocked, "relax.nn.conv2d")] == blocks
+
+
 class _Graph:
     """A small ONNX graph of convs and the ops real detectors put between them, on x[1, 16, 16, 16]."""
 

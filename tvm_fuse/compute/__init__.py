@@ -14,7 +14,7 @@ AMX_COLUMNS = 16  # C columns per AMX tile: a dense weight's packing block must 
 AMX_ROW_BYTES = 64  # bytes of K per AMX tile row: K times the input's bytes must be a multiple
 AMX_ROWS = 16  # rows per AMX tile (at most): a dense's rows or a conv's output pixels per tile
 AMX_MIN_TILE_ROWS = 8  # the fewest pixels per tile an AMX conv takes where padding its width gives more
-AMX_CONV_OUT_BLOCKS = (16, 8)  # a conv's output blocks on tiles: C tiles of 16 or 8 columns
+AMX_CONV_OUT_BLOCKS = (32, 16, 8)  # a conv's output blocks on tiles: two C tiles of 16 columns, one, or one of 8
 AMX_MIN_CONV_ROW_BYTES = 16  # the shortest channel block a conv runs on tiles with (`fits_amx_conv`)
 
 
@@ -28,12 +28,13 @@ def fits_amx(k: int, element_bytes: int, block: int) -> bool:
 def fits_amx_conv(in_block: int, element_bytes: int, out_block: int, out_width: int) -> bool:
     """Whether an NCHW{in_block}c conv of inputs of `element_bytes` fits AMX tiles: each
     pixel's channel block is a tile row (whole 4-byte words, at most 64 bytes), output blocks
-    are a tile's 16 or 8 columns, and a row has two pixels or more (a tile of one row is a dense's).
+    are two tiles' 32 columns, a tile's 16 or 8, and a row has two pixels or more (a tile of one
+    row is a dense's), unless its blocks are two tiles' (which no vector kernel computes in bf16).
     Blocks under 16 bytes (an RGB stem's 4 channels) stay on the vector units: a tile step
     that short would mostly load tiles (not yet measured on an AMX host)."""
     row_bytes = in_block * element_bytes
     return row_bytes % 4 == 0 and AMX_MIN_CONV_ROW_BYTES <= row_bytes <= AMX_ROW_BYTES \
-        and out_block in AMX_CONV_OUT_BLOCKS and out_width > 1
+        and out_block in AMX_CONV_OUT_BLOCKS and (out_width > 1 or out_block > AMX_COLUMNS)
 
 
 def amx_input_blocks(in_block: int, element_bytes: int, in_chunks: int) -> int:

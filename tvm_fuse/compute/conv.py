@@ -69,6 +69,16 @@ def merge_input_blocks(weight: np.ndarray, group: int) -> np.ndarray:
         o_chunks, i_chunks // group, kh, kw, group * i_block, o_block)
 
 
+def split_output_blocks(weight: np.ndarray, block: int) -> np.ndarray:
+    """A blocked conv weight OIHW{i}i{o}o (or packed, its output block's axis 5 followed by
+    the pack's) -> the same in output blocks of `block`: output block `o` of the result is
+    block `o // (o_block / block)`'s part `o % (o_block / block)`."""
+    o_chunks, *middle, o_block = weight.shape[:6]
+    parts = weight.reshape(o_chunks, *middle, o_block // block, block, *weight.shape[6:])
+    return np.ascontiguousarray(np.moveaxis(parts, 5, 1)).reshape(o_chunks * o_block // block, *middle, block,
+                                                                  *weight.shape[6:])
+
+
 def fold_row_taps(data: te.Tensor, kernel_w: int, strides, padding, dilation, pad_value=0.0):
     """An NCHW{c}c conv over one channel block (an image's 3 channels) as the conv of a
     one-tap-wide kernel over its padded input with each output pixel's row of `kernel_w` taps

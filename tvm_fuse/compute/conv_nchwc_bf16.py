@@ -17,14 +17,19 @@ BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
 
 
 def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, native: bool = True,
-                      amx: bool = False) -> te.Tensor:
+                      amx: bool = False, out_block: int | None = None) -> te.Tensor:
     """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ip, p} bf16(data[n, ic, y*s+ky*d, x*s+kx*d, ip*2+p]) *
     w[oc, ic, ky, kx, ip, ob, p]` in fp32, `w` the bf16 bits of `compute.bf16.pack_pairs`.
     `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`).
     `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx_conv`;
     their weights' input block may be several of the data's (`compute.amx_input_blocks`), which
-    the data's are merged into as it is padded."""
-    out_chunks, in_chunks, kernel_h, kernel_w, in_pairs, out_block, pair = weight.shape
+    the data's are merged into as it is padded. `out_block`: the output's channel block, where
+    it is several of the weight's (`split_output_blocks`: an AMX conv's C tiles of 16 in a
+    block of 32)."""
+    weight_chunks, in_chunks, kernel_h, kernel_w, in_pairs, weight_block, pair = weight.shape
+    weight_block = int(weight_block)
+    out_block = out_block or weight_block
+    tiles = out_block // weight_block  # the weight's blocks per output block
     group = int(in_pairs) * PAIR // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
@@ -38,12 +43,13 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     def value(n, oc, y, x, ob):
         pixel = from_bits(padded[(n, ic, *at((y, x)), ip * PAIR + p)])
-        return te.sum(pixel * from_bits(weight[(oc, ic, *taps, ip, ob, p)]), axis=[ic, *taps, ip, p])
+        column = (oc, ob) if tiles == 1 else (oc * tiles + ob // weight_block, ob % weight_block)
+        return te.sum(pixel * from_bits(weight[(column[0], ic, *taps, ip, column[1], p)]), axis=[ic, *taps, ip, p])
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
     computed = rounding((out_h, out_w)) if amx else (out_h, out_w)
-    out = te.compute((data.shape[0], out_chunks, *computed, out_block), value, name="conv", attrs=attrs)
+    out = te.compute((data.shape[0], weight_chunks // tiles, *computed, out_block), value, name="conv", attrs=attrs)
     return crop(out, (out_h, out_w))
 
 

@@ -1,4 +1,5 @@
-"""Convolutions in the blocked layout NCHW{c}c, with c the target's fp32 vector width.
+"""Convolutions in the blocked layout NCHW{c}c, with c the target's fp32 vector width (or,
+in a bf16 build for AMX, twice it where every conv's channels allow: `BlockedLayout`).
 
 TVM's `ConvertLayout` rewrites each conv and propagates the layout through the ops that
 follow (elementwise ops, residual adds, pooling, concat along channels, reductions), so
@@ -21,6 +22,7 @@ conversion, and the model then stays in NCHW, with a warning: slower, never wron
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import tvm
@@ -175,19 +177,39 @@ class _Borders(PyExprMutator):
         return self.builder_.emit(relax.op.reshape(x, x.ty.shape), x.name)
 
 
-def BlockedLayout(block: int) -> tvm.transform.Pass:
-    convert = relax.transform.ConvertLayout({}, _layouts(block))
+def _conv_blocks(mod: tvm.IRModule, block: int) -> set[int]:
+    """The channel blocks `_layouts(block)` gives the model's convs' data and outputs (an
+    image's few channels, a block of their own, aside)."""
+    choose, blocks = _layouts(block), set()
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
+            for layout in choose(expr).get("relax.nn.conv2d", [])[::2]:  # data, output (none: a depthwise's)
+                chunks = re.fullmatch(r"NCHW(\d+)c", layout)
+                if chunks and int(chunks.group(1)) >= block // 2:
+                    blocks.add(int(chunks.group(1)))
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return blocks
+
+
+def BlockedLayout(block: int, wide: int | None = None) -> tvm.transform.Pass:
+    """Conv chains in NCHW{block}c, or in NCHW{wide}c where every blocked conv's channels take
+    that block (`pipeline.layout`: a bf16 build's AMX convs read 32 channels per tile row)."""
     drop_borders = RemoveNoOps()
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.BlockedLayout")
     def blocked_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        borders = _Borders(mod, block)
+        chosen = wide if wide and _conv_blocks(mod, wide) == {wide} else block
+        borders = _Borders(mod, chosen)
         bordered = mutate_functions(mod, borders, borders.visit_expr)
         try:
-            return drop_borders(convert(bordered))
+            return drop_borders(relax.transform.ConvertLayout({}, _layouts(chosen))(bordered))
         except Exception as error:  # noqa: BLE001 -- a layout rule we have no border for
             cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            warnings.warn(f"the model runs in NCHW: converting it to NCHW{block}c failed ({cause})")
+            warnings.warn(f"the model runs in NCHW: converting it to NCHW{chosen}c failed ({cause})")
             return mod
 
     return blocked_layout

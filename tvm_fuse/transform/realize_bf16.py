@@ -42,8 +42,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
-from ..compute import amx_conv_layout, fits_amx
+from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks, split_output_blocks
+from ..compute import AMX_COLUMNS, amx_conv_layout, fits_amx
 from ..compute.dense_bf16 import dense_packed_bf16
 from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
 from ..compute.winograd_nchwc_bf16 import (
@@ -117,19 +117,26 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return None
     attrs = anchor.attrs
     in_block, out_block = (int(weight.ty.shape[axis]) for axis in (4, 5))
-    if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1) or out_block not in BF16_OUT_BLOCKS:
+    if int(attrs.groups) != 1 or (in_block % PAIR and int(weight.ty.shape[1]) != 1):
         return None
     kernel_w = int(weight.ty.shape[3])
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
     layout = amx_conv_layout(in_block, 2, int(weight.ty.shape[1]), kernel_w, out_block, int(anchor.ty.shape[3])) \
         if amx else None
+    if layout is None and out_block not in BF16_OUT_BLOCKS:  # wide blocks are the tiles' alone
+        return None
     fold, group = layout or (False, 1)
+    tile_block = min(out_block, AMX_COLUMNS)  # the weight's output block: a B tile's columns
+
+    def tiled(packed):
+        return split_output_blocks(packed, tile_block) if tile_block != out_block else packed
+
     if fold:
         def folded_conv(_call, data, packed_weight):
             folded, *folded_geometry = fold_row_taps(data, kernel_w, *geometry)
-            return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True)
+            return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True, out_block=out_block)
 
-        return position, lambda: pack_pairs(fold_weight_taps(weight.value.numpy())), folded_conv, "bf16_"
+        return position, lambda: tiled(pack_pairs(fold_weight_taps(weight.value.numpy()))), folded_conv, "bf16_"
     tiles = layout is not None
     out_channels = int(weight.ty.shape[0]) * out_block
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
@@ -138,8 +145,9 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    return position, lambda: pack_pairs(merge_input_blocks(weight.value.numpy(), group)), \
-        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles), "bf16_"
+    return position, lambda: tiled(pack_pairs(merge_input_blocks(weight.value.numpy(), group))), \
+        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles,
+                                                             out_block=out_block), "bf16_"
 
 
 def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
