@@ -13,6 +13,7 @@ from tvm import relax
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tvm_fuse.frontend import relax_module
 from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.blocked_layout import BlockedLayout
@@ -85,15 +86,6 @@ def test_inputs_the_block_does_not_divide_take_half_a_block_or_nchw(in_channels,
     assert str(_calls(blocked, "relax.nn.conv2d")[0].attrs.data_layout) == in_layout
     x = _RNG.standard_normal((1, in_channels, 16, 16)).astype("float32")
     np.testing.assert_allclose(_run(mod, x, pipeline=True), _run(mod, x, pipeline=False), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("out_channels, blocks", [(32, ["NCHW32c", "NCHW32c"]), (48, ["NCHW16c", "NCHW16c"])])
-def test_a_wide_block_is_taken_only_where_every_conv_takes_it(out_channels, blocks):
-    """A bf16 build for AMX asks for blocks of 32 (an AMX conv's tile row): a model whose convs'
-    channels 32 divides runs in them; one whose convs would mix 32 and 16 stays in 16s, so a
-    concat or add between chains never meets two blocks."""
-    blocked = BlockedLayout(16, 32)(_chain(out_channels))
-    assert [str(c.attrs.out_layout) for c in _calls(blocked, "relax.nn.conv2d")] == blocks
 
 
 class _Graph:
@@ -183,6 +175,33 @@ def test_a_grouped_conv_of_whole_blocks_runs_blocked(groups):
     assert grouped["layout"] == "NCHW16c" and "plain_reason" not in grouped
     x = _RNG.standard_normal((1, 16, 16, 16)).astype(np.float32)
     assert_close(compiled.run(None, {"x": x}), ort_outputs(model, {"x": x}))
+
+
+def _concat_of_32_and_16():
+    """32 + 16 channels concatenated: in blocks of 16 all alike, in blocks of 32 two blocks."""
+    g = _Graph()
+    return g.model(g.conv(g.op("Concat", [g.conv("x", 16, 32), g.conv("x", 16, 16)], axis=1), 48, 32))
+
+
+def _depthwise_of_48():
+    g = _Graph()
+    return g.model(g.conv(g.conv(g.conv("x", 16, 48, k=1), 48, 48, group=48), 48, 32, k=1))
+
+
+def _out_layouts(mod) -> list[str]:
+    return [str(c.attrs.out_layout) for c in _calls(mod, "relax.nn.conv2d")]
+
+
+@pytest.mark.parametrize("make, wide", [(lambda: _chain(32), True), (lambda: _chain(48), True),
+                                        (lambda: relax_module(_concat_of_32_and_16()).mod, False),
+                                        (lambda: relax_module(_depthwise_of_48()).mod, False)])
+def test_a_wide_block_is_taken_where_it_leaves_nothing_more_in_nchw(make, wide):
+    """A bf16 build for AMX asks for blocks of 32 (an AMX conv's tile row); channels 32 does not
+    divide take 16, as they take 8 in blocks of 16. Where that would draw a border (a concat of
+    blocks of 32 and 16) or keep a conv in NCHW (a depthwise conv of 48 channels), blocks of 16."""
+    mod = make()
+    assert _out_layouts(BlockedLayout(16, 32)(mod)) == _out_layouts(BlockedLayout(32 if wide else 16)(mod))
+    assert _out_layouts(BlockedLayout(32)(mod)) != _out_layouts(BlockedLayout(16)(mod))
 
 
 def test_a_layout_rule_that_fails_leaves_the_model_in_nchw_with_a_warning(monkeypatch):

@@ -22,7 +22,6 @@ conversion, and the model then stays in NCHW, with a warning: slower, never wron
 
 from __future__ import annotations
 
-import re
 import warnings
 
 import tvm
@@ -177,32 +176,35 @@ class _Borders(PyExprMutator):
         return self.builder_.emit(relax.op.reshape(x, x.ty.shape), x.name)
 
 
-def _conv_blocks(mod: tvm.IRModule, block: int) -> set[int]:
-    """The channel blocks `_layouts(block)` gives the model's convs' data and outputs (an
-    image's few channels, a block of their own, aside)."""
-    choose, blocks = _layouts(block), set()
+def _nchw_points(mod: tvm.IRModule, block: int) -> tuple[int, int]:
+    """Where blocks of `block` leave the model in NCHW: (convs kept in NCHW, op inputs brought
+    back to NCHW at a border)."""
+    choose, kept, borders = _layouts(block), 0, 0
 
     def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
-            for layout in choose(expr).get("relax.nn.conv2d", [])[::2]:  # data, output (none: a depthwise's)
-                chunks = re.fullmatch(r"NCHW(\d+)c", layout)
-                if chunks and int(chunks.group(1)) >= block // 2:
-                    blocks.add(int(chunks.group(1)))
+        nonlocal kept, borders
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            kept += expr.op.name == "relax.nn.conv2d" and choose(expr) is _KEEP
+            borders += len(_border_args(expr, block))
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    return blocks
+    return kept, borders
 
 
 def BlockedLayout(block: int, wide: int | None = None) -> tvm.transform.Pass:
-    """Conv chains in NCHW{block}c, or in NCHW{wide}c where every blocked conv's channels take
-    that block (`pipeline.layout`: a bf16 build's AMX convs read 32 channels per tile row)."""
+    """Conv chains in NCHW{block}c, or in NCHW{wide}c (`pipeline.layout`: a bf16 build's AMX
+    convs read 32 channels per tile row) where that leaves no more convs in NCHW and draws no
+    more borders (a concat of channels blocked by 32 and by 16 would be one); channels `wide`
+    does not divide then take half of it, as with `block`."""
     drop_borders = RemoveNoOps()
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.BlockedLayout")
     def blocked_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        chosen = wide if wide and _conv_blocks(mod, wide) == {wide} else block
+        chosen = block
+        if wide and all(a <= b for a, b in zip(_nchw_points(mod, wide), _nchw_points(mod, block))):
+            chosen = wide
         borders = _Borders(mod, chosen)
         bordered = mutate_functions(mod, borders, borders.visit_expr)
         try:
