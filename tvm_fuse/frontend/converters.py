@@ -12,6 +12,8 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..compute.lrn import local_response_norm
+from ..transform.lower_composites import OPAQUE
+from ..transform.lower_matmuls import KERNEL_ATTR
 from .recurrent import gru, lstm
 
 
@@ -113,13 +115,17 @@ def squeeze(bb, inputs, attrs, opset):
 
 def lrn(bb, inputs, attrs, opset):
     """One kernel (`compute.lrn`) in place of TVM's expanded 3-D average pool, which also pads
-    an even `size` on both sides alike and so gave a channel too many."""
+    an even `size` on both sides alike and so gave a channel too many. Opaque and marked ours:
+    scheduled by its own rule, never fused with TVM's elementwise kernels (an int8 build's
+    quantize after it was left unscheduled in their fused kernel) nor rescheduled by the
+    generic pass."""
     x = inputs[0]
     if x.ty.ndim < 3 or str(x.ty.dtype) not in ("float32", "float64"):
         return None
     size = int(attrs["size"])
     return bb.call_te(local_response_norm, x, size, float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
-                      float(attrs.get("bias", 1.0)), primfunc_name_hint="lrn")
+                      float(attrs.get("bias", 1.0)), primfunc_name_hint="lrn",
+                      primfunc_attrs={KERNEL_ATTR: "lrn", "op_pattern": OPAQUE})
 
 
 def pad(bb, inputs, attrs, opset):
