@@ -199,7 +199,7 @@ def conv_tile_product(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> s
 def _conv_shapes(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tuple:
     """The shapes of the conv program's operands: A the input window [chunks, rows, columns,
     block], B the weights of its C tiles [blocks x column_tiles, chunks, kh, kw, block / pack,
-    tile_columns, pack] (`compute.bf16.split_output_blocks`), C the output blocks' accumulators
+    tile_columns, pack] (`compute.conv.split_output_blocks`), C the output blocks' accumulators
     [blocks x column_tiles / block_tiles, output_rows, pixels, out_block]."""
     pixels, w, columns = tiles.row_pixels, window, tiles.blocks * tiles.column_tiles
     return ((w.chunks, *w.span(tiles.output_rows, pixels), w.block),

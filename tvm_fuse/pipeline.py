@@ -159,9 +159,9 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
 def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
              tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None,
              bf16: tvm.transform.Pass | None = None) -> tvm.IRModule:
-    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`; `bf16` tells `layout`
-    too), then `kernels`: the
-    fused, scheduled graph the fusion report reads."""
+    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`; a `bf16` build's
+    `layout` may take wider blocks), then `kernels`: the fused, scheduled graph the fusion
+    report reads."""
     realize = [p for p in (int8, bf16) if p is not None]
     passes = [*canonicalize(target, disabled), *layout(target, disabled, bf16 is not None),
               *fuse(target, disabled, realize, bf16 is not None), *kernels(target, tuning)]

@@ -13,6 +13,7 @@ import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.errors import InputError
 from tvm_fuse.explain import FusionReport
+from tvm_fuse.target import host_cpu
 from tvm_fuse.transform.apply_schedules import vector_lanes
 from tvm_fuse.transform.realize_bf16 import RealizeBf16
 
@@ -26,9 +27,11 @@ def _weight(rng, name, *shape):
 
 @pytest.fixture
 def portable(monkeypatch):
-    """bf16 builds with `vdpbf16ps` replaced by its portable form, on this host's vector width."""
+    """bf16 builds with `vdpbf16ps` replaced by its portable form, on this host's vector width:
+    the target to build for, AMX off (a host without AVX512-BF16 has no AMX either)."""
     monkeypatch.setattr("tvm_fuse.api.bf16_pass", lambda precision, target:
                         RealizeBf16(vector_lanes(target), native=False) if precision == "bf16" else None)
+    return f"llvm -mcpu={host_cpu()} -mattr=-amx-tile,-amx-int8,-amx-bf16"
 
 
 def _model():
@@ -105,12 +108,12 @@ def test_bf16_build_in_the_portable_form_matches_onnx_runtime_on_any_host(portab
     `vdpbf16ps` replaced by its portable form, on this host's vector width."""
     model = _model()
     feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 28, 28)).astype(np.float32)}
-    ours = tvm_fuse.build(model, "native", precision="bf16")
+    ours = tvm_fuse.build(model, portable, precision="bf16")
     assert set(_precisions(ours).values()) == {"bf16", "fp32"}
     reference = ort_outputs(model, feed)
     assert_close(ours.run(None, feed), reference, rtol=2e-2)
     # and bf16 rounding is really there: fp32 kernels land much closer
-    (bf16_out,), (fp32_out,) = ours.run(None, feed), tvm_fuse.build(model, "native").run(None, feed)
+    (bf16_out,), (fp32_out,) = ours.run(None, feed), tvm_fuse.build(model, portable).run(None, feed)
     assert np.abs(bf16_out - reference[0]).max() > 10 * np.abs(fp32_out - reference[0]).max()
 
 
@@ -252,11 +255,11 @@ def test_a_max_pool_between_bf16_kernels_passes_bf16_and_changes_no_output(porta
     pools = {k: v for k, v in _kernel_dtypes(_pooled_model(), BF16_TARGET, native=True).items() if "pool" in k}
     assert len(pools) == 2 and all(v == (["uint16"], "uint16") for v in pools.values()), pools
     feed = {"x": np.random.default_rng(6).standard_normal((1, 3, 17, 17)).astype(np.float32)}
-    (bits,) = tvm_fuse.build(_pooled_model(), "native", precision="bf16").run(None, feed)
+    (bits,) = tvm_fuse.build(_pooled_model(), portable, precision="bf16").run(None, feed)
     monkeypatch.setattr("tvm_fuse.transform.realize_bf16.MAX_POOL_TAPS", 0)  # every pool in fp32
     assert not [k for k, v in _kernel_dtypes(_pooled_model(), BF16_TARGET, native=True).items()
                 if "pool" in k and "uint16" in v[0]]
-    (floats,) = tvm_fuse.build(_pooled_model(), "native", precision="bf16").run(None, feed)
+    (floats,) = tvm_fuse.build(_pooled_model(), portable, precision="bf16").run(None, feed)
     np.testing.assert_array_equal(bits, floats)
     assert_close([bits], ort_outputs(_pooled_model(), feed), rtol=2e-2)
 
@@ -278,7 +281,7 @@ def test_the_bf16_stem_reads_the_nchw_image_itself(portable):
     stem = next(c for c in calls if c.op.name == "relax.call_tir" and c.args[0].name_hint == "bf16_conv2d")
     assert [int(d) for d in stem.args[1].fields[0].ty.shape] == [1, 3, 17, 17]
     feed = {"x": np.random.default_rng(7).standard_normal((1, 3, 17, 17)).astype(np.float32)}
-    ours = tvm_fuse.build(_pooled_model(), "native", precision="bf16")
+    ours = tvm_fuse.build(_pooled_model(), portable, precision="bf16")
     assert_close(ours.run(None, feed), ort_outputs(_pooled_model(), feed), rtol=2e-2)
 
 
@@ -368,7 +371,7 @@ def test_a_batch_norm_before_a_conv_joins_its_kernel_only_when_nothing_else_read
 def test_a_bf16_chain_in_the_portable_form_matches_onnx_runtime(portable, make, shape, bf16_nodes):
     model = make()
     feed = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
-    ours = tvm_fuse.build(model, "native", precision="bf16")
+    ours = tvm_fuse.build(model, portable, precision="bf16")
     assert {_precisions(ours)[node] for node in bf16_nodes} == {"bf16"}
     assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
 

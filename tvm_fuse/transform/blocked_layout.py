@@ -1,5 +1,5 @@
 """Convolutions in the blocked layout NCHW{c}c, with c the target's fp32 vector width (or,
-in a bf16 build for AMX, twice it where every conv's channels allow: `BlockedLayout`).
+in a bf16 build for AMX, twice it where that leaves no more in NCHW: `BlockedLayout`).
 
 TVM's `ConvertLayout` rewrites each conv and propagates the layout through the ops that
 follow (elementwise ops, residual adds, pooling, concat along channels, reductions), so

@@ -23,9 +23,12 @@ On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and
 a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.dense_amx`),
 and so does a conv in output blocks of 16 (`schedules.conv_amx`, 3x3s included, which
 Winograd would otherwise take), with the same weight packing; other shapes stay on `vdpbf16ps`.
+Its convs' blocks of 32 (`pipeline.layout`) are the tiles' alone: their weights packed in
+blocks of 16, a B tile's (`conv.split_output_blocks`).
 
 Left in fp32: dense layers whose columns the vector width does not divide or whose reduction is
-odd, depthwise convs' arithmetic (bound by memory: halving their products gains nothing).
+odd, depthwise convs' arithmetic (bound by memory: halving their products gains nothing), convs
+in blocks of 32 that tiles cannot take (an RGB 1x1 stem: too few channels for a tile row).
 Attention's products of two activations run in bf16 in its own kernel (`FuseAttention`, told
 by the pipeline that the build is bf16).
 """
@@ -126,17 +129,13 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     if layout is None and out_block not in BF16_OUT_BLOCKS:  # wide blocks are the tiles' alone
         return None
     fold, group = layout or (False, 1)
-    tile_block = min(out_block, AMX_COLUMNS)  # the weight's output block: a B tile's columns
-
-    def tiled(packed):
-        return split_output_blocks(packed, tile_block) if tile_block != out_block else packed
-
+    tile_block = min(out_block, AMX_COLUMNS)  # the packed weight's output block: at most a B tile's columns
     if fold:
         def folded_conv(_call, data, packed_weight):
             folded, *folded_geometry = fold_row_taps(data, kernel_w, *geometry)
             return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True, out_block=out_block)
 
-        return position, lambda: tiled(pack_pairs(fold_weight_taps(weight.value.numpy()))), folded_conv, "bf16_"
+        return position, lambda: split_output_blocks(pack_pairs(fold_weight_taps(weight.value.numpy())), tile_block), folded_conv, "bf16_"
     tiles = layout is not None
     out_channels = int(weight.ty.shape[0]) * out_block
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
@@ -145,7 +144,7 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    return position, lambda: tiled(pack_pairs(merge_input_blocks(weight.value.numpy(), group))), \
+    return position, lambda: split_output_blocks(pack_pairs(merge_input_blocks(weight.value.numpy(), group)), tile_block), \
         lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles,
                                                              out_block=out_block), "bf16_"
 
