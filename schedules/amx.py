@@ -41,6 +41,7 @@ from ..compute import AMX_COLUMNS as COLUMNS  # C columns per tile: a row of 64 
 from ..compute import AMX_ROW_BYTES as ROW_BYTES  # bytes per tile row
 from ..compute import AMX_ROWS as MAX_ROWS  # rows per tile
 from ..compute.bf16 import from_bits
+from ..compute.conv import split_weight_index
 
 TILE_REGISTERS = 8
 
@@ -227,9 +228,8 @@ def _conv_desc(kind: TileKind, tiles: ConvTiles, window: ConvWindow) -> tirx.Pri
                 out = [v["oc"], v["y"], v["x"], v["lane"]]
                 row = v["y"] * w.stride_h + v["ky"] * w.dilation_h
                 pixel = A[v["ic"], row, v["x"] * w.stride + v["kx"] * w.dilation_w, v["g"] * pack + v["p"]]
-                column = (v["oc"], v["lane"]) if w.block_tiles == 1 else \
-                    (v["oc"] * w.block_tiles + v["lane"] // w.tile_columns, v["lane"] % w.tile_columns)
-                weight = B[column[0], v["ic"], v["ky"], v["kx"], v["g"], column[1], v["p"]]
+                chunk, column = split_weight_index(v["oc"], v["lane"], w.tile_columns, w.out_block)
+                weight = B[chunk, v["ic"], v["ky"], v["kx"], v["g"], column, v["p"]]
                 tb.buffer_store(C, C[tuple(out)] + kind.product(pixel, weight), out)
     return made[0]
 

@@ -79,6 +79,15 @@ def split_output_blocks(weight: np.ndarray, block: int) -> np.ndarray:
                                                                   *weight.shape[6:])
 
 
+def split_weight_index(block, lane, weight_block: int, out_block: int) -> tuple:
+    """The (output block, column) of a `split_output_blocks` weight that output channel `lane`
+    of output block `block` reads: the index itself where the blocks are the same, so that the
+    AMX conv's description (`schedules.amx`) matches the compute as written."""
+    if weight_block == out_block:
+        return block, lane
+    return block * (out_block // weight_block) + lane // weight_block, lane % weight_block
+
+
 def fold_row_taps(data: te.Tensor, kernel_w: int, strides, padding, dilation, pad_value=0.0):
     """An NCHW{c}c conv over one channel block (an image's 3 channels) as the conv of a
     one-tap-wide kernel over its padded input with each output pixel's row of `kernel_w` taps

@@ -10,7 +10,7 @@ from tvm import te, tirx
 
 from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs, amx_conv_output
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import crop, merge_channel_blocks, sliding_window
+from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index
 
 CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
@@ -43,8 +43,8 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     def value(n, oc, y, x, ob):
         pixel = from_bits(padded[(n, ic, *at((y, x)), ip * PAIR + p)])
-        column = (oc, ob) if tiles == 1 else (oc * tiles + ob // weight_block, ob % weight_block)
-        return te.sum(pixel * from_bits(weight[(column[0], ic, *taps, ip, column[1], p)]), axis=[ic, *taps, ip, p])
+        chunk, column = split_weight_index(oc, ob, weight_block, out_block)
+        return te.sum(pixel * from_bits(weight[(chunk, ic, *taps, ip, column, p)]), axis=[ic, *taps, ip, p])
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}

@@ -135,7 +135,8 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
             folded, *folded_geometry = fold_row_taps(data, kernel_w, *geometry)
             return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True, out_block=out_block)
 
-        return position, lambda: split_output_blocks(pack_pairs(fold_weight_taps(weight.value.numpy())), tile_block), folded_conv, "bf16_"
+        return position, lambda: split_output_blocks(pack_pairs(fold_weight_taps(weight.value.numpy())), tile_block), \
+            folded_conv, "bf16_"
     tiles = layout is not None
     out_channels = int(weight.ty.shape[0]) * out_block
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
@@ -144,7 +145,8 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    return position, lambda: split_output_blocks(pack_pairs(merge_input_blocks(weight.value.numpy(), group)), tile_block), \
+    return position, \
+        lambda: split_output_blocks(pack_pairs(merge_input_blocks(weight.value.numpy(), group)), tile_block), \
         lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles,
                                                              out_block=out_block), "bf16_"
 
