@@ -23,6 +23,7 @@ from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
 from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
+from .transform.concat_in_place import ConcatInPlace
 from .transform.leaky_relu_to_max import LeakyReluToMax
 from .transform.conv1d_as_dense import Conv1dAsDense
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
@@ -34,6 +35,7 @@ from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
 from .transform.lower_composites import LowerComposites
+from .transform.lower_concat import LowerConcat
 from .transform.lower_rowwise import LowerRowwise
 from .transform.lower_matmuls import LowerMatmuls
 from .transform.native_bf16_rounding import NativeBf16Rounding
@@ -120,13 +122,14 @@ def kernels(target: tvm.target.Target, tuning: TuningDatabase | None) -> list[tv
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
     ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
-    return ([FastMath] + cpu_generic.library_dispatch_passes(target)
+    return ([FastMath, LowerConcat()] + cpu_generic.library_dispatch_passes(target)
             + cpu_generic.legalize_passes(target) + [ScheduleGenericKernels(target)])
 
 
 def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """What the VM executes: TVM's CPU backend (memory planning, VM calls)."""
-    return cpu_generic.dataflow_lower_passes(target) + cpu_generic.finalize_passes(target)
+    """What the VM executes: TVM's CPU backend (memory planning, VM calls), with concats
+    written in place before the memory is planned."""
+    return cpu_generic.dataflow_lower_passes(target) + [ConcatInPlace()] + cpu_generic.finalize_passes(target)
 
 
 PHASES = (canonicalize, layout, fuse)
