@@ -19,7 +19,7 @@ def _const(*shape):
     return relax.const(_RNG.standard_normal(shape).astype("float32"))
 
 
-def _head(channels: int, second_reader: bool = False) -> tvm.IRModule:
+def _head(channels: int, second_reader: bool = False, keepdims: bool = False) -> tvm.IRModule:
     """conv 1x1 (8 -> channels) + bias + relu [+ the relu read twice] -> mean."""
 
     def build(bb, x):
@@ -27,7 +27,7 @@ def _head(channels: int, second_reader: bool = False) -> tvm.IRModule:
         relu = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, _const(1, channels, 1, 1)))))
         if second_reader:
             relu = bb.emit(relax.op.add(relu, relax.op.sigmoid(relu)))
-        return bb.emit(relax.op.mean(relu, axis=[2, 3]))
+        return bb.emit(relax.op.mean(relu, axis=[2, 3], keepdims=keepdims))
 
     return module({"x": (1, 8, 5, 5)}, build)
 
@@ -47,6 +47,15 @@ def test_the_conv_and_its_chain_run_padded_and_are_cut_once(second_reader):
     conv = next(b.value for block in padded["main"].body.blocks for b in block.bindings
                 if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d")
     assert [int(d) for d in conv.ty.shape] == [1, 1024, 5, 5]
+    x = _RNG.standard_normal((1, 8, 5, 5)).astype("float32")
+    np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_global_pool_keeping_its_dims_runs_padded_and_is_cut_after():
+    """A pool that keeps the channel axis in place can run in the conv chain's blocks."""
+    mod = _head(1000, keepdims=True)
+    padded = PadOutputChannels(16)(mod)
+    assert _ops(padded) == ["relax.nn.conv2d", "relax.add", "relax.nn.relu", "relax.mean", "relax.strided_slice"]
     x = _RNG.standard_normal((1, 8, 5, 5)).astype("float32")
     np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
