@@ -40,7 +40,7 @@ class FusionReport:
     unfused: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}
     folded: list[dict] = field(default_factory=list)  # {"onnx_node", "op_type", "reason"}: no kernel at run time
     layout_transforms: int = 0
-    kernel_calls: int = 0  # every kernel a run calls, fused or not
+    kernel_calls: int = 0  # every kernel a run calls, fused or not (a concat later written in place counted)
     disabled_families: list[str] = field(default_factory=list)
     tuned_kernels: int = 0  # distinct kernels of ours scheduled with a tuning record's knobs
     default_kernels: int = 0  # ... with their schedule's heuristic default

@@ -1,4 +1,4 @@
-"""Lower each channel concat of static shape to TVM's concatenate kernel marked with its axis
+"""Lower each concat of static shape to TVM's concatenate kernel marked with its axis
 (`CONCAT_AXIS_ATTR`), so that `ConcatInPlace` can tell a kernel that only concatenates from
 one that TVM's fusion later merged with other work. The kernel is TVM's own
 (`topi.concatenate`), scheduled by the generic schedule where it still runs."""
