@@ -22,6 +22,7 @@ from tvm import relax, tirx
 from tvm.relax.op.memory import ensure_zero_offset, view
 
 from .lower_concat import CONCAT_AXIS_ATTR
+from .rebind import static_shape
 
 # Bytes. A slice must start on TVM's allocation alignment: `vm.builtin.ensure_zero_offset`
 # copies a view at any other offset (the writes would miss the buffer), and kernels assume
@@ -29,14 +30,6 @@ from .lower_concat import CONCAT_AXIS_ATTR
 ALIGNMENT = 64
 
 Slices = dict[relax.Var, tuple[relax.Var, int]]  # alloc -> (buffer it lies in, byte offset)
-
-
-def _static_shape(var: relax.Var) -> list[int] | None:
-    ty = var.ty
-    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
-        return None
-    dims = ty.shape.values
-    return [int(d) for d in dims] if all(isinstance(d, tirx.IntImm) for d in dims) else None
 
 
 class _Block:
@@ -50,7 +43,7 @@ class _Block:
         alloc_op = tvm.ir.Op.get("relax.builtin.alloc_tensor")
         for pos, binding in enumerate(bindings):
             value = binding.value
-            if isinstance(value, relax.Call) and value.op.same_as(alloc_op) and _static_shape(binding.var):
+            if isinstance(value, relax.Call) and value.op.same_as(alloc_op) and static_shape(binding.var):
                 self.allocs[binding.var] = pos
             elif isinstance(value, relax.Var):
                 self.alias[binding.var] = self.root(value)
@@ -83,20 +76,21 @@ def _plan(block: _Block) -> tuple[Slices, set[int]]:
         if not all(isinstance(arg, relax.Var) for arg in value.args):
             continue
         *inputs, output = (block.root(arg) for arg in value.args)
-        offsets = _offsets(block, inputs, output, int(func.attrs[CONCAT_AXIS_ATTR]), pos, slices)
+        buffer, start = slices.get(output, (output, 0))
+        offsets = _offsets(block, inputs, output, int(func.attrs[CONCAT_AXIS_ATTR]), pos, start, slices)
         if offsets is None:
             continue
-        buffer, start = slices.get(output, (output, 0))
         for var, offset in zip(inputs, offsets):
-            slices[var] = (buffer, start + offset)
+            slices[var] = (buffer, offset)
         removed.add(pos)
     return slices, removed
 
 
-def _offsets(block: _Block, inputs: list, output: relax.Var, axis: int, pos: int,
+def _offsets(block: _Block, inputs: list, output: relax.Var, axis: int, pos: int, start: int,
              slices: Slices) -> list[int] | None:
-    """Each input's byte offset in `output`, or None if the concat at `pos` must stay."""
-    shape = _static_shape(output)
+    """Each input's byte offset in the buffer `output` lies at `start` bytes into, or None if
+    the concat at `pos` must stay."""
+    shape = static_shape(output)
     if output not in block.allocs or math.prod(shape[:axis]) != 1 or len(set(inputs)) != len(inputs):
         return None
     for var in inputs:
@@ -106,12 +100,11 @@ def _offsets(block: _Block, inputs: list, output: relax.Var, axis: int, pos: int
     if any(tvm.DataType(var.ty.dtype) != dtype for var in inputs):
         return None
     inner_bytes = math.prod(shape[axis + 1:]) * dtype.bits // 8
-    offsets, offset = [], 0
+    offsets, offset = [], start
     for var in inputs:
         offsets.append(offset)
-        offset += _static_shape(var)[axis] * inner_bytes
-    start = slices.get(output, (output, 0))[1]
-    return offsets if all((start + o) % ALIGNMENT == 0 for o in offsets) else None
+        offset += static_shape(var)[axis] * inner_bytes
+    return offsets if all(o % ALIGNMENT == 0 for o in offsets) else None
 
 
 def _rewrite(block: _Block, slices: Slices, removed: set[int]) -> list:

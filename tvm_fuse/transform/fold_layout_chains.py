@@ -17,7 +17,7 @@ from tvm import relax, tirx
 from tvm.sym import Analyzer
 
 from .. import provenance
-from .rebind import is_op, permutation, rebind_pass, use_counts
+from .rebind import is_op, permutation, rebind_pass, static_shape, use_counts
 
 MOVES = ("relax.permute_dims", "relax.reshape", "relax.layout_transform")
 
@@ -53,7 +53,7 @@ def _chain(var: relax.Var, values: dict, uses) -> list[tuple[relax.Var, relax.Ca
 
 
 def _movable(value) -> bool:
-    if not is_op(value, *MOVES) or _static_shape(value.args[0]) is None:
+    if not is_op(value, *MOVES) or static_shape(value.args[0]) is None:
         return False
     if is_op(value, "relax.layout_transform"):
         return value.attrs.pad_value is None
@@ -64,21 +64,21 @@ def _folded(chain: list[relax.Call]) -> relax.Expr | None:
     """The chain as one layout_transform of its source, or None where the map is not a
     bijection TVM can invert."""
     source = chain[0].args[0]
-    shape = _static_shape(source)
+    shape = static_shape(source)
     variables = [tirx.Var(f"i{axis}", "int64") for axis in range(len(shape))]
     indices = list(variables)
     for move in chain:
         indices, shape = _moved(move, indices, shape)
     analyzer = Analyzer()
-    for variable, extent in zip(variables, _static_shape(source)):
+    for variable, extent in zip(variables, static_shape(source)):
         analyzer.bind(variable, tvm.ir.Range(0, tirx.const(extent, "int64")))
     index_map = tirx.IndexMap(variables, [analyzer.simplify(i) for i in indices], None)
     try:  # TVM raises where it cannot invert the map
-        mapped = [int(d) for d in index_map.map_shape(_static_shape(source))]
-        _, padding = index_map.non_surjective_inverse(_static_shape(source))
+        mapped = [int(d) for d in index_map.map_shape(static_shape(source))]
+        _, padding = index_map.non_surjective_inverse(static_shape(source))
     except RuntimeError:
         return None
-    if mapped != _static_shape(chain[-1]):
+    if mapped != static_shape(chain[-1]):
         return None
     if not (isinstance(padding, tirx.IntImm) and padding.value == 0):
         return None
@@ -91,7 +91,7 @@ def _moved(move: relax.Call, indices: list, shape: list[int]) -> tuple[list, lis
     if axes is not None:
         return [indices[a] for a in axes], [shape[a] for a in axes]
     if is_op(move, "relax.reshape"):
-        new_shape = _static_shape(move)
+        new_shape = static_shape(move)
         flat = tirx.const(0, "int64")
         for index, extent in zip(indices, shape):
             flat = flat * extent + index
@@ -104,8 +104,3 @@ def _moved(move: relax.Call, indices: list, shape: list[int]) -> tuple[list, lis
     return list(index_map.map_indices(indices)), [int(d) for d in index_map.map_shape(shape)]
 
 
-def _static_shape(expr) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape):
-        return None
-    return [int(d) for d in shape]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, topi
 
-from .rebind import mutate_functions
+from .rebind import mutate_functions, static_shape
 
 CONCAT_AXIS_ATTR = "tvm_fuse.concat_axis"  # PrimFunc attribute: a plain concat, and its axis
 
@@ -31,9 +31,7 @@ def _static(call: relax.Call) -> bool:
     """A tuple of inputs joined along an axis, every input and the output of known shape."""
     if not isinstance(call.args[0], relax.Tuple) or call.attrs.axis is None:
         return False
-    types = [field.ty for field in call.args[0].fields] + [call.ty]
-    return all(isinstance(t, relax.TensorType) and isinstance(t.shape, relax.ShapeExpr)
-               and all(isinstance(d, tvm.tirx.IntImm) for d in t.shape.values) for t in types)
+    return all(static_shape(expr) is not None for expr in [*call.args[0].fields, call])
 
 
 def LowerConcat() -> tvm.transform.Pass:

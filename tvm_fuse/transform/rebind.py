@@ -19,6 +19,15 @@ from .. import provenance
 Plan = Callable[[relax.Function], dict]
 
 
+def static_shape(expr) -> list[int] | None:
+    """The dims of `expr`'s tensor type, or None unless it is a tensor of constant shape."""
+    ty = getattr(expr, "ty", None)
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    dims = ty.shape.values
+    return [int(d) for d in dims] if all(isinstance(d, tvm.tirx.IntImm) for d in dims) else None
+
+
 def mutate_functions(mod: tvm.IRModule, mutator: PyExprMutator,
                      rewrite: Callable[[relax.Function], relax.Function | None]) -> tvm.IRModule:
     """`mod` with each Relax function replaced by `rewrite(func)` (None: left as it is), as
