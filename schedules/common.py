@@ -157,12 +157,12 @@ def fullest_tile(width, chunks, budget: int) -> tuple[int, int]:
     return max(tiles, key=lambda tile: tile[0] * tile[1])
 
 
-def accumulator_tile(vectors, row_tile: int, lanes: int) -> int:
+def accumulator_tile(vectors, row_tile: int, lanes: int, budget: int = 16) -> int:
     """How many of `vectors` column vectors a tile of `row_tile` rows accumulates together:
-    up to 16 accumulators (12 on AVX2), and several even for one row, whose FMAs would
+    up to `budget` accumulators (12 on AVX2), and several even for one row, whose FMAs would
     otherwise wait on each other (measured on the benchmark models' dense layers and
     attention products)."""
-    return divisor(vectors, range(min(5, accumulator_budget(lanes, 16) // row_tile), 0, -1))
+    return divisor(vectors, range(min(5, accumulator_budget(lanes, budget) // row_tile), 0, -1))
 
 
 def divisors(extent, limit: int) -> list[int]:
