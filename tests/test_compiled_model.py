@@ -280,18 +280,3 @@ def test_out_of_range_token_ids_are_refused_not_read_out_of_bounds():
     assert_close(compiled.run(None, {"ids": ids}), ort_outputs(model, {"ids": ids}))
     with pytest.raises(InputError, match=r"table of 10 rows.*\[-10, 9\]"):
         compiled.run(None, {"ids": np.array([[0, 1, 10]], np.int64)})
-
-
-def test_thread_count_reaches_the_runtime():
-    import tvm
-
-    from tvm_fuse.target import host_cores
-
-    runtime_threads = tvm.get_global_func("runtime.NumThreads")
-    cores = host_cores()
-    tvm_fuse.set_num_threads(1)
-    assert runtime_threads() == 1
-    tvm_fuse.set_num_threads(cores)
-    assert runtime_threads() == cores
-    with pytest.raises(ValueError, match=">= 1"):
-        tvm_fuse.set_num_threads(0)

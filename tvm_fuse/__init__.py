@@ -16,7 +16,7 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(_host_cores()))
 from ._version import __version__  # noqa: E402
 from .api import build, load
 from .benchmark import Latency
-from .compiled_model import CompiledModel, set_num_threads
+from .compiled_model import CompiledModel
 from .errors import (
     CompileError,
     ExportError,
@@ -31,6 +31,7 @@ from .quantization.calibrate import quantize
 from .quantization.config import QuantConfig
 from .quantization.table import CalibrationTable
 from .target import host_features, parse_target
+from .threads import set_num_threads, set_spinning
 
 __all__ = [
     "CalibrationTable",
@@ -52,4 +53,5 @@ __all__ = [
     "parse_target",
     "quantize",
     "set_num_threads",
+    "set_spinning",
 ]

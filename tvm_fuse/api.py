@@ -9,7 +9,8 @@ import tvm
 
 from . import artifact
 from .amx import uses_tiles
-from .compiled_model import CompiledModel, set_num_threads
+from .compiled_model import CompiledModel
+from .threads import set_num_threads
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module

@@ -21,6 +21,7 @@ from .patterns.table import FAMILIES
 from .quantization.calibrate import quantize
 from .quantization.config import ACTIVATIONS, METHODS, QuantConfig
 from .target import host_cores, target_string
+from .threads import set_spinning
 from .transform.lower_composites import WINOGRAD_SWITCH
 from .transform.realize_bf16 import PRECISIONS
 from .tuning.database import ENV_LOGS
@@ -128,6 +129,8 @@ def cmd_tune(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.no_spinning:
+        set_spinning(False)
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
                       disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
@@ -151,7 +154,8 @@ def cmd_bench(args) -> int:
         print(f"tvm_fuse: {model.benchmark(feed, args.warmup, args.repeat, threads)}")
         return 0
     ours, fp32 = ("tvm_fuse int8", "onnxruntime fp32") if args.int8 else ("tvm_fuse", "onnxruntime")
-    session = onnxruntime_session(onnx_model, threads)
+    spinning = not args.no_spinning
+    session = onnxruntime_session(onnx_model, threads, spinning)
     runtimes = {ours: model, fp32: session}
     int8_model = None
     if dynamic:
@@ -160,7 +164,7 @@ def cmd_bench(args) -> int:
         int8_model = ort_int8_model(onnx_model, args.calib, args.calib_method, max_samples=args.calib_samples,
                                     exclude=args.int8_exclude or ())
     if int8_model is not None:
-        runtimes["onnxruntime int8"] = onnxruntime_session(int8_model, threads)
+        runtimes["onnxruntime int8"] = onnxruntime_session(int8_model, threads, spinning)
     times = time_alternating(runtimes, feed, threads, args.warmup, args.repeat)
     print(f"{'':18}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
     for name, lat in times.items():
@@ -303,6 +307,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     bench.add_argument("--no-ort", action="store_true", help="time tvm_fuse alone")
+    bench.add_argument("--no-spinning", action="store_true",
+                       help="idle threads of both runtimes sleep at once instead of spinning between kernels "
+                            "(tvm_fuse.set_spinning(False); ONNX Runtime's session.intra_op.allow_spinning 0): "
+                            "for cores shared with other busy processes")
     return top
 
 

@@ -18,17 +18,10 @@ from .explain import FusionReport
 from .feed import check_feed, output_indices
 from .frontend.importer import TensorInfo
 from .target import missing_host_features
+from .threads import mark_pool_started, set_num_threads
 
 
 TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
-
-
-def set_num_threads(count: int) -> None:
-    """Use `count` threads in every kernel of this process (TVM's pool is per process)."""
-    if count < 1:
-        raise ValueError(f"the thread count must be >= 1, got {count}")
-    # Affinity mode 1 ("big cores") is the default, with `count` workers.
-    tvm.get_global_func("runtime.config_threadpool")(1, count)
 
 
 class CompiledModel:
@@ -85,6 +78,7 @@ class CompiledModel:
                     f"this model was compiled for '{self.target}', which uses {sorted(missing)}; "
                     "this CPU lacks them. Build with target='native' to run here."
                 )
+            mark_pool_started()
             machine = self._per_thread.machine = relax.VirtualMachine(self._library, tvm.cpu())
         return machine
 

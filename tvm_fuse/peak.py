@@ -26,7 +26,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from .compiled_model import set_num_threads
+from .threads import set_num_threads
 from .errors import TvmFuseError
 from .target import (
     host_cores,
