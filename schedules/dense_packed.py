@@ -51,7 +51,7 @@ def default_tile(rows, vectors, lanes: int) -> DensePackedKnobs:
     or two FMAs, more than L2 delivers: ConvNeXt's 7x7-token dense layers ran 2.3x slower in
     tiles of one row than of seven (Zen 4). Up to 24 accumulators on AVX-512 (8 rows x 3
     vectors): per step 11 loads feed 24 FMAs, against 10 for 16 in tiles of 8 x 2; MiniLM's
-    dense layers, 8 x 3 against 8 x 2 in the model, took 2-7% less time (Intel with AMX)."""
+    dense layers, 8 x 3 against 8 x 2 in the model, took 1-3.5% less time (Intel with AMX)."""
     row_tile = divisor(rows, range(8, 1, -1))
     return DensePackedKnobs(row_tile, accumulator_tile(vectors, row_tile, lanes, DENSE_ACCUMULATORS))
 

@@ -10,7 +10,6 @@ import tvm
 from . import artifact
 from .amx import uses_tiles
 from .compiled_model import CompiledModel
-from .threads import set_num_threads
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
@@ -21,6 +20,7 @@ from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
 from .quantization.realization import calibrated, realize_int8
 from .target import isa_features, parse_target, target_string, without_amx
+from .threads import set_num_threads
 from .transform.apply_schedules import vector_lanes
 from .transform.realize_bf16 import bf16_pass
 from .tuning.database import TuningDatabase, log_paths

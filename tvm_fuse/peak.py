@@ -26,7 +26,6 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from .threads import set_num_threads
 from .errors import TvmFuseError
 from .target import (
     host_cores,
@@ -35,6 +34,7 @@ from .target import (
     parse_target,
     target_string,
 )
+from .threads import set_num_threads
 
 # ISA -> (feature it needs, lanes, accumulators, register): the widest vector FMA the target
 # has, and enough independent chains to hide its latency without spilling (32 zmm, 16 ymm).
