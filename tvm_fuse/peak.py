@@ -82,12 +82,11 @@ def _kernel(threads: int, acc: int, lanes: int):
     return fma_peak
 
 
-def hot_loop(asm: str, register: str) -> str:
-    """The innermost loop of `asm` with the most FMAs on `register` (zmm, ymm) registers; raises
-    TvmFuseError unless it is register-only FMAs plus loop control (no loads, stores, spills)."""
+def innermost_loops(asm: str) -> list[list[str]]:
+    """Each innermost loop of `asm` as its stripped lines: a label, then no other label
+    before a jump back to it."""
     lines = [line.strip() for line in asm.splitlines()]
-    fma = re.compile(rf"^vfmadd\d+ps\s+%{register}\d+, %{register}\d+, %{register}\d+$")
-    loops = []  # innermost loops: a label, then no other label before a jump back to it
+    loops = []
     for first, line in enumerate(lines):
         if line.startswith(".LBB") and line.endswith(":"):
             label = line[:-1]
@@ -97,6 +96,14 @@ def hot_loop(asm: str, register: str) -> str:
                 if re.match(rf"^j\w+\s+{re.escape(label)}$", lines[last]):
                     loops.append(lines[first:last + 1])
                     break
+    return loops
+
+
+def hot_loop(asm: str, register: str) -> str:
+    """The innermost loop of `asm` with the most FMAs on `register` (zmm, ymm) registers; raises
+    TvmFuseError unless it is register-only FMAs plus loop control (no loads, stores, spills)."""
+    fma = re.compile(rf"^vfmadd\d+ps\s+%{register}\d+, %{register}\d+, %{register}\d+$")
+    loops = innermost_loops(asm)
     if not loops:
         raise TvmFuseError("no loop found in the peak kernel's assembly")
     loop = max(loops, key=lambda ls: sum(bool(fma.match(line)) for line in ls))

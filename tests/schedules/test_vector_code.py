@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET
+from tvm_fuse.peak import innermost_loops
 
 
 def _model(kind: str):
@@ -64,28 +65,13 @@ def test_avx2_conv_tile_stays_in_registers():
     assert len(stack_moves) <= 1, stack_moves[:8]  # one zeroes an error path's call arguments
 
 
-def _innermost_loops(text: str) -> list[list[str]]:
-    """Each innermost loop's lines: a label, then no other label before a jump back to it."""
-    lines = [line.strip() for line in text.splitlines()]
-    loops = []
-    for first, line in enumerate(lines):
-        if re.match(r"^\.LBB\w+:$", line):
-            for last in range(first + 1, len(lines)):
-                if re.match(r"^\.LBB\w+:$", lines[last]):
-                    break
-                if re.match(rf"^j\w+\s+{re.escape(line[:-1])}$", lines[last]):
-                    loops.append(lines[first:last + 1])
-                    break
-    return loops
-
-
 @pytest.mark.parametrize("target, accumulators", [(AVX512_TARGET, 24), ("llvm -mcpu=haswell", 8)])
 def test_a_token_dense_layer_accumulates_its_whole_tile_in_registers(target, accumulators):
     # Tiles of 8 rows x 3 vectors on AVX-512 (8 x 2 before: MiniLM's dense layers took 1-3%
     # longer), 8 x 1 within AVX2's 12; the hot loop's FMAs each add into their own register,
     # with no spill: a spilled accumulator would cost a load and a store per FMA.
     text = tvm_fuse.build(_model("token_dense"), target).assembly()
-    loop = max(_innermost_loops(text), key=lambda lines: sum("vfmadd" in line for line in lines))
+    loop = max(innermost_loops(text), key=lambda lines: sum("vfmadd" in line for line in lines))
     fmas = [line for line in loop if line.startswith("vfmadd")]
     assert len({fma.split(",")[-1].strip() for fma in fmas}) == len(fmas) == accumulators, loop
     assert not any("(%rsp)" in line for line in loop), loop
