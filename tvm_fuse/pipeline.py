@@ -42,6 +42,7 @@ from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pack_projections import PackProjections
 from .transform.pad_output_channels import PadOutputChannels
+from .transform.prefetch_next_strip import PrefetchNextStrip
 from .transform.recompose_layer_norm import RecomposeLayerNorm
 from .transform.record_provenance import RecordProvenance
 from .transform.remove_noops import RemoveNoOps
@@ -138,10 +139,10 @@ TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a
 
 
 def _tir_pipeline():
-    """TVM's TIR lowering, with `StackLocalBuffers`, `NativeBf16Rounding` and
-    `SerialSmallKernels` before the host's LowerTVMBuiltin."""
+    """TVM's TIR lowering, with `StackLocalBuffers`, `NativeBf16Rounding`,
+    `SerialSmallKernels` and `PrefetchNextStrip` before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
-    host = [StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels()]
+    host = [StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels(), PrefetchNextStrip()]
     return lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
 
 

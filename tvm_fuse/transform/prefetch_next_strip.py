@@ -1,0 +1,114 @@
+"""Software prefetch of a dense layer's next strip of weights, spread over the tiles of the
+strip before it.
+
+A packed dense kernel (`schedules.dense_packed`) runs a strip of output columns tile by tile
+(rows), each tile reading the strip's weights over the whole depth. The first tile of a strip
+reads them from L3 or memory at the rate of its FMAs, three cache lines every step, more than
+the hardware prefetchers bring; the tiles after it find them in L2. So each tile of a strip
+here prefetches its share of the next strip's weights into L2 (`prefetcht1`), a line a step,
+and no tile waits for memory: MiniLM's dense kernels, whose 42 MB of weights come from beyond
+L2 once per run, took 13% less time at 128 tokens, 3-5% with more rows (Intel with AMX).
+Each tile prefetching the whole next strip only moved the wait to the second tile.
+
+The schedule marks the reduction loop with `PREFETCH_ATTR`: [tiles per strip, weight elements
+per strip]. The weight is packed `[blocks, depth, block]`, a strip's blocks one after another,
+so a strip is a contiguous run of elements, and the loop's first vector load of it is the
+strip's first block at this step. A tile is the enclosing parallel loop's index modulo the
+tiles per strip, as the schedule fuses them. This runs on the host module after
+`SerialSmallKernels`, where the loop bodies are flat (`TIR_PIPELINE`); a loop it cannot read
+so is left as it is. Prefetches never fault: the last strip's reach past the weight's end is
+clamped to its last element all the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+PREFETCH_ATTR = "tvm_fuse.prefetch_next_strip"
+LINE_BYTES = 64
+_READ, _L2_LOCALITY, _DATA_CACHE = 0, 2, 1  # llvm.prefetch's rw, locality (prefetcht1), cache type
+
+
+def _loads(stmt: tirx.Stmt) -> list:
+    found = []
+
+    def visit(load: tvm.ir.TensorLoad) -> tvm.ir.TensorLoad:
+        found.append(load)
+        return load
+
+    tvm_ffi.structural_map(stmt, (tvm.ir.TensorLoad, visit))
+    return found
+
+
+def _vector_load(stmt: tirx.Stmt):
+    """The first vector load `stmt` makes of a global buffer, or None."""
+    for load in _loads(stmt):
+        if isinstance(load.indices[-1], tirx.Ramp) and load.source.scope() == "global":
+            return load
+    return None
+
+
+def _prefetch(loop: tirx.For, tile_index: tirx.Var, first_load) -> tirx.Stmt:
+    """The prefetch of this tile's line of the next strip at this step of `loop`."""
+    tiles, strip = (int(value) for value in loop.annotations[PREFETCH_ATTR])
+    weight, ramp = first_load.source, first_load.indices[-1]
+    size = math.prod(int(dim) for dim in weight.shape)
+    line_elements = LINE_BYTES * 8 // tvm.runtime.DataType(weight.dtype).bits
+    lines = -(-strip // line_elements)
+    share = -(-lines // tiles)
+    depth, step = int(loop.extent), loop.loop_var
+    line = tirx.min(tirx.floormod(tile_index, tiles) * share + tirx.floordiv(step * share, depth), lines - 1)
+    next_strip = ramp.base - step * ramp.lanes + strip  # this strip's first element, a strip on
+    index = tirx.min(next_strip + line * line_elements, size - 1)
+    address = tirx.address_of(tirx.BufferLoad(weight, [index]))
+    return tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, _READ, _L2_LOCALITY, _DATA_CACHE))
+
+
+def _with_prefetch(loop: tirx.For, tile_index: tirx.Var) -> tirx.For:
+    """`loop` (marked) with the prefetch after the first store that reads the weight: inside
+    the scope of the values its index is written with."""
+    if PREFETCH_ATTR not in loop.annotations or not isinstance(loop.extent, tirx.IntImm):
+        return loop
+    first = _vector_load(loop.body)
+    if first is None or len(first.indices) != 1 or not all(isinstance(d, tirx.IntImm) for d in first.source.shape):
+        return loop
+    placed = []
+
+    def after_first_read(store: tirx.BufferStore) -> tirx.Stmt:
+        if placed or not any(load.same_as(first) for load in _loads(store.value)):
+            return store
+        placed.append(True)
+        return tirx.SeqStmt([store, _prefetch(loop, tile_index, first)])
+
+    body = tvm_ffi.structural_map(loop.body, (tirx.BufferStore, after_first_read))
+    if not placed:
+        return loop
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations,
+                    span=loop.span)
+
+
+def _tiles(loop: tirx.For) -> tirx.For:
+    """A parallel loop of tiles, its marked reduction loops prefetching."""
+    if loop.kind != tirx.ForKind.PARALLEL:
+        return loop
+
+    def prefetching(inner: tirx.For) -> tirx.For:
+        return _with_prefetch(inner, loop.loop_var)
+
+    body = tvm_ffi.structural_map(loop.body, (tirx.For, prefetching))
+    if body.same_as(loop.body):
+        return loop
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations,
+                    span=loop.span)
+
+
+def PrefetchNextStrip() -> tvm.transform.Pass:
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.PrefetchNextStrip")
+    def prefetch(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        return tvm_ffi.structural_map(mod, (tirx.For, _tiles))
+
+    return prefetch
