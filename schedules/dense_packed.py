@@ -97,16 +97,18 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     if chunk:  # the strips in turn over a chunk of rows, whose input stays in L2, chunk by chunk
         chunks, rows_out = sch.split(sch.fuse(*lead, rows_out) if lead else rows_out, [None, chunk // knobs.row_tile])
         sch.reorder(chunks, columns_out, rows_out, reduction, rows_in, column_blocks, columns_in)
-        strip_tiles = _static_product(sch, [rows_out])
-        outer = sch.fuse(chunks, columns_out, rows_out)
+        strips, tiles = [chunks, columns_out], [rows_out]
     else:
         sch.reorder(columns_out, *lead, rows_out, reduction, rows_in, column_blocks, columns_in)
-        strip_tiles = _static_product(sch, [*lead, rows_out])
-        outer = sch.fuse(columns_out, *lead, rows_out)
+        strips, tiles = [columns_out], [*lead, rows_out]
+    strip_count, strip_tiles = _static_product(sch, strips), _static_product(sch, tiles)
+    outer = sch.fuse(*strips, *tiles)
     sch.parallel(outer)
     write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, reduction, lanes)
     store_tile(sch, write_back, epilogue, outer, lanes)
-    _prefetch_next_strip(sch, reduction, strip_tiles, knobs.column_tile * lanes)
+    depth = static_extent(sch.get(reduction).extent)
+    if strip_tiles != 1 and depth:  # a strip of one tile has no others to share the prefetch
+        sch.annotate(reduction, PREFETCH_ATTR, [strip_count, knobs.column_tile * lanes * depth])
 
 
 def _static_product(sch: s_tir.Schedule, loops) -> int:
@@ -115,12 +117,3 @@ def _static_product(sch: s_tir.Schedule, loops) -> int:
     for loop in loops:
         product *= static_extent(sch.get(loop).extent)
     return product
-
-
-def _prefetch_next_strip(sch: s_tir.Schedule, reduction, strip_tiles: int, strip_columns: int) -> None:
-    """Mark the reduction loop for `PrefetchNextStrip`: each of a strip's `strip_tiles` tiles
-    prefetches its share of the next strip's weights (`strip_columns` x the depth), where the
-    counts are static and a strip has several tiles to share it."""
-    depth = static_extent(sch.get(reduction).extent)
-    if strip_tiles > 1 and depth:
-        sch.annotate(reduction, PREFETCH_ATTR, [strip_tiles, strip_columns * depth])

@@ -13,7 +13,7 @@ STRIPS, TILES, DEPTH, LANES = 6, 4, 64, 16  # a strip: one block of 16 columns x
 
 
 def _kernel(marked: bool) -> tvm.IRModule:
-    annotations = {PREFETCH_ATTR: [TILES, DEPTH * LANES]} if marked else {}
+    annotations = {PREFETCH_ATTR: [STRIPS, DEPTH * LANES]} if marked else {}
 
     @T.prim_func(s_tir=False)
     def kernel(x: T.handle, w: T.handle, out: T.handle):
