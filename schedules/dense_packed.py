@@ -107,7 +107,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, reduction, lanes)
     store_tile(sch, write_back, epilogue, outer, lanes)
     depth = static_extent(sch.get(reduction).extent)
-    if strip_tiles != 1 and depth:  # a strip of one tile has no others to share the prefetch
+    if strip_count and strip_tiles != 1 and depth:  # a strip of one tile has no others to share it with
         sch.annotate(reduction, PREFETCH_ATTR, [strip_count, knobs.column_tile * lanes * depth])
 
 

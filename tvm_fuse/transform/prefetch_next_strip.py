@@ -65,9 +65,7 @@ def _prefetch(loop: tirx.For, tile_loop: tirx.For, first_load) -> tirx.Stmt:
     lines = -(-strip // line_elements)
     share = tirx.floordiv(lines + tiles - 1, tiles)
     step = loop.loop_var
-    # A line a step from the tile's first, its last again once they are done: no division
-    # in the loop (the per-step division of a spread by the step for a run-time row count
-    # made the loop slower than no prefetch at all)
+    # A line a step from the tile's first, its last again once they are done: a min a step
     line = tirx.min(tirx.floormod(tile_index, tiles) * share + tirx.min(step, share - 1), lines - 1)
     next_strip = ramp.base - step * ramp.lanes + strip  # this strip's first element, a strip on
     index = tirx.min(next_strip + line * line_elements, size - 1)
