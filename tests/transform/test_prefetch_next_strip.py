@@ -9,7 +9,8 @@ from tvm.script import tirx as T
 
 from tvm_fuse.transform.prefetch_next_strip import PREFETCH_ATTR, PrefetchNextStrip
 
-STRIPS, TILES, DEPTH, LANES = 6, 4, 64, 16  # a strip: one block of 16 columns x 64 deep, 64 lines
+STRIPS, TILES, DEPTH, LANES = 6, 4, 64, 16  # a strip: one block of 16 columns x 64 deep
+LINE = 16  # fp32 values in a 64-byte cache line
 
 
 def _kernel(marked: bool) -> tvm.IRModule:
@@ -53,8 +54,8 @@ def test_the_tiles_of_a_strip_prefetch_every_line_of_the_next_one():
             analyzer = tvm.sym.Analyzer()
             analyzer.bind(tile, t)
             analyzer.bind(step, k)
-            lines.setdefault(t // TILES, []).append(int(analyzer.simplify(index)) // LANES)
-    strip_lines = DEPTH * LANES // LANES
+            lines.setdefault(t // TILES, []).append(int(analyzer.simplify(index)) // LINE)
+    strip_lines = DEPTH * LANES // LINE
     for strip in range(STRIPS - 1):
         assert sorted(set(lines[strip])) == list(range((strip + 1) * strip_lines, (strip + 2) * strip_lines))
     assert set(lines[STRIPS - 1]) == {STRIPS * strip_lines - 1}  # the last strip's reach clamped to the end
