@@ -65,10 +65,7 @@ def row_chunk(row_dims, depth, row_tile: int) -> int | None:
     it. Every strip of columns reads the whole input; larger than L2, it came from L3 for each
     strip: MiniLM's dense layers took 6-7.5% less time at batch 8 (1024 rows, chunks of 128 or
     256) and 7.6% at 384 tokens (Intel with AMX). None: one chunk, all rows (or a symbolic count)."""
-    rows = 1
-    for dim in row_dims:
-        rows *= static_extent(dim)
-    depth = static_extent(depth)
+    rows, depth = _static_product(row_dims), static_extent(depth)
     if not rows or not depth or rows * depth * 4 <= CHUNK_INPUT_BYTES:
         return None
     fitting = [c for c in range(row_tile, rows, row_tile) if rows % c == 0 and c * depth * 4 <= CHUNK_INPUT_BYTES]
@@ -101,7 +98,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
     else:
         sch.reorder(columns_out, *lead, rows_out, reduction, rows_in, column_blocks, columns_in)
         strips, tiles = [columns_out], [*lead, rows_out]
-    strip_count, strip_tiles = _static_product(sch, strips), _static_product(sch, tiles)
+    strip_count, strip_tiles = (_static_product(sch.get(loop).extent for loop in loops) for loops in (strips, tiles))
     outer = sch.fuse(*strips, *tiles)
     sch.parallel(outer)
     write_back = accumulate_in_registers(sch, block, outer, [column_blocks, rows_in], columns_in, reduction, lanes)
@@ -111,9 +108,9 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | N
         sch.annotate(reduction, PREFETCH_ATTR, [strip_count, knobs.column_tile * lanes * depth])
 
 
-def _static_product(sch: s_tir.Schedule, loops) -> int:
-    """The product of the loops' extents, 0 if one is symbolic."""
+def _static_product(extents) -> int:
+    """The product of `extents`, 0 if one is symbolic."""
     product = 1
-    for loop in loops:
-        product *= static_extent(sch.get(loop).extent)
+    for extent in extents:
+        product *= static_extent(extent)
     return product
