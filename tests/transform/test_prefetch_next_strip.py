@@ -3,11 +3,10 @@ prefetches its share of the next strip's weights, a line a step, and together th
 strip fetch every line of the next one, never past the weight's end; an unmarked loop stays."""
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvm_fuse.transform.prefetch_next_strip import PREFETCH_ATTR, PrefetchNextStrip
+from tvm_fuse.transform.prefetch_next_strip import PREFETCH_ATTR, PrefetchNextStrip, nodes_of
 
 STRIPS, TILES, DEPTH, LANES = 6, 4, 64, 16  # a strip: one block of 16 columns x 64 deep
 LINE = 16  # fp32 values in a 64-byte cache line
@@ -32,22 +31,11 @@ def _kernel(marked: bool) -> tvm.IRModule:
     return tvm.IRModule({"main": kernel})
 
 
-def _nodes(stmt, kind):
-    found = []
-
-    def visit(node: kind) -> kind:
-        found.append(node)
-        return node
-
-    tvm_ffi.structural_map(stmt, (kind, visit))
-    return found
-
-
 def test_the_tiles_of_a_strip_prefetch_every_line_of_the_next_one():
     after = PrefetchNextStrip()(_kernel(marked=True))["main"]
-    (prefetch,) = [c for c in _nodes(after.body, tvm.ir.Call) if getattr(c.op, "name", "") == "tirx.prefetch"]
+    (prefetch,) = [c for c in nodes_of(after.body, tvm.ir.Call) if getattr(c.op, "name", "") == "tirx.prefetch"]
     index = prefetch.args[0].args[0].indices[0]  # address_of(W[index])
-    tile, step = sorted((loop.loop_var for loop in _nodes(after.body, tirx.For)), key=lambda v: v.name != "tile")
+    tile, step = sorted((loop.loop_var for loop in nodes_of(after.body, tirx.For)), key=lambda v: v.name != "tile")
     lines: dict[int, list[int]] = {}
     for t in range(STRIPS * TILES):
         for k in range(DEPTH):

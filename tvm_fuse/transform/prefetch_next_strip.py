@@ -34,20 +34,26 @@ LINE_BYTES = 64
 _READ, _L2_LOCALITY, _DATA_CACHE = 0, 2, 1  # llvm.prefetch's rw, locality (prefetcht1), cache type
 
 
-def _loads(stmt: tirx.Stmt) -> list:
+def nodes_of(stmt, kind: type) -> list:
+    """Every node of type `kind` in `stmt`, in the order `structural_map` visits them."""
     found = []
 
-    def visit(load: tvm.ir.TensorLoad) -> tvm.ir.TensorLoad:
-        found.append(load)
-        return load
+    def visit(node):
+        found.append(node)
+        return node
 
-    tvm_ffi.structural_map(stmt, (tvm.ir.TensorLoad, visit))
+    tvm_ffi.structural_map(stmt, (kind, visit))
     return found
+
+
+def _with_body(loop: tirx.For, body: tirx.Stmt) -> tirx.For:
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations,
+                    span=loop.span)
 
 
 def _vector_load(stmt: tirx.Stmt):
     """The first vector load `stmt` makes of a global buffer, or None."""
-    for load in _loads(stmt):
+    for load in nodes_of(stmt, tvm.ir.TensorLoad):
         if isinstance(load.indices[-1], tirx.Ramp) and load.source.scope() == "global":
             return load
     return None
@@ -84,16 +90,13 @@ def _with_prefetch(loop: tirx.For, tile_loop: tirx.For) -> tirx.For:
     placed = []
 
     def after_first_read(store: tirx.BufferStore) -> tirx.Stmt:
-        if placed or not any(load.same_as(first) for load in _loads(store.value)):
+        if placed or not any(load.same_as(first) for load in nodes_of(store.value, tvm.ir.TensorLoad)):
             return store
         placed.append(True)
         return tirx.SeqStmt([store, _prefetch(loop, tile_loop, first)])
 
     body = tvm_ffi.structural_map(loop.body, (tirx.BufferStore, after_first_read))
-    if not placed:
-        return loop
-    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations,
-                    span=loop.span)
+    return _with_body(loop, body) if placed else loop
 
 
 def _tiles(loop: tirx.For) -> tirx.For:
@@ -105,10 +108,7 @@ def _tiles(loop: tirx.For) -> tirx.For:
         return _with_prefetch(inner, loop)
 
     body = tvm_ffi.structural_map(loop.body, (tirx.For, prefetching))
-    if body.same_as(loop.body):
-        return loop
-    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations,
-                    span=loop.span)
+    return loop if body.same_as(loop.body) else _with_body(loop, body)
 
 
 def PrefetchNextStrip() -> tvm.transform.Pass:
