@@ -1,3 +1,5 @@
+import time
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -73,3 +75,29 @@ def test_input_shapes_fix_symbolic_dims():
 def test_bad_input_shapes_are_rejected(shapes, message):
     with pytest.raises(InputError, match=message):
         set_input_shapes(tiny_model(), shapes)
+
+
+def _declaring(dims):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize(
+    "dims, input_shapes, message",
+    [
+        ([1, 2**40], None, r"input 'x' \(1, 1099511627776\) has 1099511627776 elements.*axis 1"),
+        ([1, 0, 4], None, r"input 'x' \(1, 0, 4\) has size 0 at axis 1"),
+        (["n", 4], {"x": (0, 4)}, r"input 'x' \(0, 4\) has size 0 at axis 0"),
+        (["n", 65536], {"x": (65536, 65536)}, r"more than the 2147483647 .*axis 0"),
+    ],
+)
+def test_input_sizes_no_run_could_serve_are_refused_at_once(dims, input_shapes, message):
+    """Before: a dim of 2^40 kept build() busy for minutes; a 0 failed deep in TVM's emit_te."""
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=message):
+        tvm_fuse.build(_declaring(dims), "llvm", input_shapes=input_shapes)
+    assert time.perf_counter() - started < 1.0

@@ -1,7 +1,9 @@
 """ONNX's own backend test data through `tvm_fuse.build`: the `onnx` wheel's pytorch-converted,
-pytorch-operator and simple cases (a model, its inputs, the expected outputs). Each case matches
-its expected outputs, or is refused with UnsupportedOpsError for one of the ops `REFUSED` lists;
-never a wrong answer, never another error."""
+pytorch-operator and simple cases (a model, its inputs, the expected outputs), each built twice:
+with `input_shapes` set to its inputs' shapes, and as declared (symbolic dims compiled as
+dynamic). Each case matches its expected outputs, or is refused with UnsupportedOpsError for one
+of the ops `REFUSED` lists, or with InputError for an empty input (as `run` refuses one); never
+a wrong answer, never another error."""
 
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 import tvm_fuse
-from tvm_fuse import UnsupportedOpsError
+from tvm_fuse import InputError, UnsupportedOpsError
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 CASES = sorted(case for suite in ("pytorch-converted", "pytorch-operator", "simple")
@@ -29,8 +31,9 @@ def _tensors(folder: Path, kind: str) -> list[onnx.TensorProto]:
     return [onnx.load_tensor(str(path)) for path in files]
 
 
+@pytest.mark.parametrize("shapes", ["fed", "declared"])
 @pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.parent.name}/{case.name}")
-def test_case_matches_or_is_refused(case):
+def test_case_matches_or_is_refused(case, shapes):
     model = onnx.load(str(case / "model.onnx"))
     folder = sorted(case.glob("test_data_set_*"))[0]
     weights = {t.name for t in model.graph.initializer}
@@ -39,9 +42,13 @@ def test_case_matches_or_is_refused(case):
             for name, tensor in zip(names, _tensors(folder, "input"))}
     expected = [numpy_helper.to_array(t) for t in _tensors(folder, "output")]
     try:
-        compiled = tvm_fuse.build(model, "native", input_shapes={n: a.shape for n, a in feed.items()})
+        input_shapes = {n: a.shape for n, a in feed.items()} if shapes == "fed" else None
+        compiled = tvm_fuse.build(model, "native", input_shapes=input_shapes)
     except UnsupportedOpsError as refused:
         assert {node.op_type for node in refused.nodes} <= REFUSED, str(refused)
+        return
+    except InputError as refused:
+        assert any(a.size == 0 for a in feed.values()) and "has size 0" in str(refused), str(refused)
         return
     outputs = compiled.run(None, feed)
     assert len(outputs) == len(expected)

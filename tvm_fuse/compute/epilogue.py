@@ -1,6 +1,6 @@
 """Post-ops of a fused pattern as tensor expressions: one entry per Relax op a pattern may
 contain after its anchor. Binary ops broadcast as numpy does. exp, erf, tanh and sigmoid are
-TVM's approximations that vectorize (`fast_exp`, `fast_erf`, `fast_tanh`; `fast_math.sigmoid`),
+vectorizable approximations (`fast_math.exp` and `sigmoid`; TVM's `fast_erf`, `fast_tanh`),
 where the exact ones are a scalar libm call per element."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from tvm import te, topi
 
-from .fast_math import sigmoid, silu
+from .fast_math import exp, sigmoid, silu
 
 
 def _scalar(value) -> float:
@@ -27,7 +27,7 @@ ELEMENTWISE: dict[str, Callable] = {
     "relax.power": lambda a, attrs: topi.power(*a),
     "relax.negative": lambda a, attrs: topi.negative(*a),
     "relax.abs": lambda a, attrs: topi.abs(*a),
-    "relax.exp": lambda a, attrs: topi.fast_exp(*a),
+    "relax.exp": lambda a, attrs: exp(*a),
     "relax.log": lambda a, attrs: topi.log(*a),
     "relax.erf": lambda a, attrs: topi.fast_erf(*a),
     "relax.tanh": lambda a, attrs: topi.fast_tanh(*a),

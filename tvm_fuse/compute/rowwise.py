@@ -6,10 +6,11 @@ softmax (Zen 5)."""
 
 from __future__ import annotations
 
-from tvm import te, tirx, topi
+from tvm import te, tirx
 from tvm.sym import Analyzer
 
 from . import SCHEDULE_RULE
+from .fast_math import exp
 
 ROWWISE_RULE = "tvm_fuse.rowwise"
 
@@ -35,10 +36,10 @@ def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: fl
 
 def softmax_rows(x: te.Tensor, lanes: int) -> te.Tensor:
     """`exp(x - max) / sum(exp(x - max))` over the last axis, of any width (a sequence length
-    too); exp is TVM's vectorizable `fast_exp`, as in `transform.fast_math`."""
+    too); exp is `fast_math.exp`, which vectorizes."""
     lowest = tirx.min_value(x.dtype)
     peak = row_reduction(x, x, te.max, lanes, "max", anchor=True, identity=lowest)
-    exps = topi.fast_exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
+    exps = exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, x.dtype))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, x.dtype) / total(*r), name="inverse_sum")
     return te.compute(x.shape, lambda *i: exps(*i) * inverse(*i[:-1]), name="softmax")

@@ -12,7 +12,7 @@ import tvm
 from ..quantization.qdq import read_qdq
 from ..quantization.table import CalibrationTable
 from .fixups import apply_fixups
-from .importer import import_onnx, set_input_shapes
+from .importer import check_input_sizes, import_onnx, set_input_shapes
 from .load import load_model
 
 
@@ -23,10 +23,11 @@ class ImportedModel(NamedTuple):
 
 
 def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ImportedModel:
-    """The model loaded, shapes fixed, QDQ pairs read (`quantization.qdq`), fixed up, imported."""
+    """The model loaded, shapes fixed and checked, QDQ pairs read (`quantization.qdq`), fixed up, imported."""
     onnx_model = load_model(model)
     if input_shapes:
         onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
+    check_input_sizes(onnx_model)
     onnx_model, qdq_scales = read_qdq(onnx_model)
     onnx_model = apply_fixups(onnx_model)
     return ImportedModel(onnx_model, import_onnx(onnx_model), qdq_scales)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -109,6 +110,28 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
             if axis != 0 or value.name not in batches:
                 dim.dim_value = want
     return rebatch(fixed, batches) if batches else fixed
+
+
+# The most elements a tensor may have: TVM's kernels index buffers with 32-bit integers.
+MAX_ELEMENTS = 2**31 - 1
+
+
+def check_input_sizes(model: onnx.ModelProto) -> None:
+    """Refuse, naming the input and axis, static input shapes no run could serve: a size of 0
+    (an empty tensor, which ops that need a size cannot take) or more than `MAX_ELEMENTS`
+    elements (TVM would spend minutes on the shapes before failing)."""
+    for info in graph_inputs(model):
+        static = [(axis, dim) for axis, dim in enumerate(info.shape) if isinstance(dim, int)]
+        for axis, dim in static:
+            if dim == 0:
+                raise InputError(f"input {info.name!r} {info.shape} has size 0 at axis {axis}: tvm_fuse builds "
+                                 "no model for empty tensors; give it a size with input_shapes")
+        elements = math.prod(dim for _, dim in static)
+        if elements > MAX_ELEMENTS:
+            axis, dim = max(static, key=lambda axis_dim: axis_dim[1])
+            raise InputError(f"input {info.name!r} {info.shape} has {elements} elements, more than the "
+                             f"{MAX_ELEMENTS} a tensor may have (its axis {axis} has size {dim}); "
+                             "give it a smaller size with input_shapes")
 
 
 class _NodeBuilder:

@@ -1,4 +1,4 @@
-"""exp, erf, tanh, sigmoid, SiLU and softmax as TVM's vectorizable approximations: the exact
+"""exp, erf, tanh, sigmoid, SiLU and softmax as vectorizable approximations (ours, `compute.fast_math`, and TVM's): the exact
 ones are a scalar libm call per element (ONNX Runtime approximates them too). A power by a
 constant multiple of 1/4 (LRN's x^0.75, a norm's x^2 or x^0.5) becomes products and square
 roots, which vectorize and are as exact as `powf`; any other power stays a libm call.
@@ -14,7 +14,7 @@ import tvm
 from tvm import relax, te, topi
 from tvm.relax import PyExprMutator, expr_functor
 
-from ..compute.fast_math import sigmoid, silu
+from ..compute.fast_math import exp, sigmoid, silu
 from ..compute.powers import quarter_exponent_value, root_power
 from .rebind import same_type, scalar_value
 
@@ -38,7 +38,7 @@ def _power(call: relax.Call):
 
 
 _FAST = {  # op -> its approximation, called with the op's argument (and attributes); None: keep the op
-    "relax.exp": lambda call: (topi.fast_exp, call.args[0]),
+    "relax.exp": lambda call: (exp, call.args[0]),
     "relax.erf": lambda call: (topi.fast_erf, call.args[0]),
     "relax.tanh": lambda call: (topi.fast_tanh, call.args[0]),
     "relax.sigmoid": lambda call: (sigmoid, call.args[0]),
