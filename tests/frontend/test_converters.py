@@ -11,6 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fuse
 from tests.compute.test_lrn import lrn_reference
 from tests.conftest import ort_outputs
+from tests.differential.cases import Case
+from tvm_fuse import UnsupportedOpsError
 
 
 def _conv_lrn(channels: int, size: int):
@@ -76,3 +78,39 @@ def _without_lrn(model):
                                 [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 32, 14, 14])],
                                 list(graph.initializer))
     return helper.make_model(trimmed, opset_imports=list(model.opset_import))
+
+
+# --- found by tests/differential --------------------------------------------------------------
+
+
+def _resize(shape, attrs: dict, scales=None, sizes=None):
+    weights = {"scales": np.array(scales, np.float32)} if scales is not None else {"sizes": np.array(sizes, np.int64)}
+    names = ["x", "", "scales"] if scales is not None else ["x", "", "", "sizes"]
+    case = Case([helper.make_node("Resize", names, ["y"], name="resize_node", **attrs)],
+                {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}, weights, opset=13)
+    return case.model(), case.inputs
+
+
+def test_a_resize_whose_scale_gives_a_fractional_size_is_refused():
+    """TVM maps coordinates by the ratio of sizes (3 -> 1: 1/3), ONNX by the scale (0.5): a 2x3
+    image scaled by 0.5 came out as its pixel (0, 1) where ONNX Runtime gives (0, 0)."""
+    model, _ = _resize((1, 1, 2, 3), {"mode": "nearest"}, scales=[1, 1, 0.5, 0.5])
+    with pytest.raises(UnsupportedOpsError, match=r"Resize \(node 'resize_node'.*scale 0.5 of axis 3 \(size 3\)"):
+        tvm_fuse.build(model, "llvm")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_a_resize_to_the_same_size_is_the_input(mode):
+    """A 1x1 image resized to 1x1 divided by zero in TVM's kernel; at the same size every
+    coordinate mapping but tf_half_pixel_for_nn is the identity."""
+    for shape in ((1, 2, 1, 1), (1, 2, 3, 4)):
+        model, feed = _resize(shape, {"mode": mode, "coordinate_transformation_mode": "align_corners"}, sizes=shape)
+        (y,) = tvm_fuse.build(model, "llvm").run(None, feed)
+        np.testing.assert_array_equal(y, ort_outputs(model, feed)[0])
+
+
+def test_an_align_corners_resize_to_one_pixel_is_refused():
+    model, _ = _resize((1, 1, 4, 4), {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+                       sizes=[1, 1, 1, 3])
+    with pytest.raises(UnsupportedOpsError, match="align_corners to an output of size 1"):
+        tvm_fuse.build(model, "llvm")

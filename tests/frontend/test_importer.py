@@ -6,7 +6,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import tiny_model
-from tvm_fuse import CompileError, InputError
+from tests.differential.cases import Case
+from tvm_fuse import CompileError, InputError, UnsupportedOpsError
 from tvm_fuse.frontend.importer import graph_inputs, set_input_shapes
 
 
@@ -101,3 +102,14 @@ def test_input_sizes_no_run_could_serve_are_refused_at_once(dims, input_shapes, 
     with pytest.raises(InputError, match=message):
         tvm_fuse.build(_declaring(dims), "llvm", input_shapes=input_shapes)
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_a_node_whose_output_is_empty_is_refused_naming_it(symbolic):
+    """x[1:0]: TVM's compile failed on the static slice, and the symbolic one asked for a
+    negative allocation at run time (std::bad_alloc)."""
+    weights = {k: np.array([v], np.int64) for k, v in (("starts", 1), ("ends", 0), ("axes", 0), ("steps", 1))}
+    case = Case([helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"], name="empty_slice")],
+                {"x": np.ones((2, 3), np.float32)}, weights, opset=13)
+    with pytest.raises(UnsupportedOpsError, match=r"Slice \(node 'empty_slice'.*its output would be empty"):
+        tvm_fuse.build(case.model(symbolic), "llvm")

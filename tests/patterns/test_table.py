@@ -3,9 +3,13 @@ named after its chain; graphs the kernels cannot take are left alone."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from tvm import relax
 
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.patterns.activations import ACTIVATIONS as TABLE_ACTIVATIONS
 from tvm_fuse.patterns.table import FAMILIES, PATTERN_ATTR
 from tvm_fuse.transform.fuse_patterns import FusePatterns
@@ -100,3 +104,15 @@ def test_a_disabled_family_is_not_fused(family, steps, expected, left):
 def test_disabling_every_family_leaves_the_anchors():
     fused = FusePatterns(FAMILIES)(chain("dense", ["bias", "relu", "sum", "relu"]))
     assert composites(fused) == ["dense"]
+
+
+def test_a_matmul_by_a_constant_vector_is_no_dense_layer():
+    """numpy's x @ v for a 1-D constant v: the dense kernel indexed v as a matrix (it raised)."""
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "v"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+                              [numpy_helper.from_array(np.arange(4, dtype=np.float32), "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feed = {"x": np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, "llvm").run(None, feed), ort_outputs(model, feed))

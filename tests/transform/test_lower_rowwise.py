@@ -149,3 +149,15 @@ def test_gathers_and_adds_before_a_layer_norm_run_in_its_kernel(residual_output)
     else:
         assert reasons["position_add"] == reasons["residual_add"] == joined
         assert reasons["word_gather"] == joined
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_a_softmax_of_one_row_is_left_to_the_generic_kernel(op):
+    """A 1-D input has no row loop for the rowwise schedule to parallelize (it raised)."""
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], axis=0)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    feed = {"x": np.linspace(-3, 3, 5, dtype=np.float32)}
+    assert_close(tvm_fuse.build(model, "llvm").run(None, feed), ort_outputs(model, feed))

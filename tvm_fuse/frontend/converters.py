@@ -12,6 +12,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..compute.lrn import local_response_norm
+from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..transform.lower_composites import OPAQUE
 from ..transform.lower_matmuls import KERNEL_ATTR
 from .recurrent import gru, lstm
@@ -155,6 +156,46 @@ def pad(bb, inputs, attrs, opset):
     return relax.op.nn.pad(x, widths, "constant", float(value))
 
 
+def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError:
+    """The error refusing the node being converted, in this form, for `reason`."""
+    node = attrs.get("tvm_custom", {}).get("name", "?")
+    return UnsupportedOpsError([UnsupportedNode(op, node, "", opset, reason)])
+
+
+def _static(dims) -> list[int | None]:
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in dims]
+
+
+def resize(bb, inputs, attrs, opset):
+    """Where TVM's resize differs from ONNX's, refused; to the input's own size, the input.
+    TVM maps output to input coordinates by the ratio of their sizes, ONNX by the scales given:
+    they differ where an input size times its scale is not a whole number (a 2x3 image scaled by
+    0.5 to 1x1), and with symbolic sizes unless every scale is whole. TVM divides by zero for an
+    align_corners output of size 1."""
+    x, sizes = inputs[0], _static(inputs[0].ty.shape)
+    scales = inputs[2] if opset >= 11 and len(inputs) > 2 else inputs[1] if opset == 10 else None
+    if isinstance(scales, GenericConst) and scales.value.numpy().size:
+        factors = scales.value.numpy().tolist()
+        for axis, (size, factor) in enumerate(zip(sizes, factors)):
+            exact = size * factor == int(size * factor) if size is not None else float(factor).is_integer()
+            if not exact:
+                raise refuse("Resize", attrs, opset, f"scale {factor} of axis {axis} (size "
+                             f"{size or x.ty.shape[axis]}) gives a fractional size, where ONNX's "
+                             "coordinates differ from TVM's")
+        out = [None if size is None else int(size * factor) for size, factor in zip(sizes, factors)]
+    elif opset >= 11 and len(inputs) > 3 and isinstance(inputs[3], GenericConst):
+        out = [int(v) for v in inputs[3].value.numpy().tolist()]
+    else:
+        return None
+    mode = attrs.get("coordinate_transformation_mode", b"half_pixel")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if out == sizes and mode not in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
+        return x  # every mapping is the identity at the same size
+    if mode == "align_corners" and any(o == 1 and s != 1 for o, s in zip(out[2:], sizes[2:])):
+        raise refuse("Resize", attrs, opset, "align_corners to an output of size 1 (TVM divides by zero)")
+    return None
+
+
 CONVERTERS = {
     "Clip": clip,
     "Expand": expand,
@@ -163,6 +204,7 @@ CONVERTERS = {
     "LSTM": lstm,
     "Pad": pad,
     "PRelu": prelu,
+    "Resize": resize,
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,
     "Slice": slice_attributes,

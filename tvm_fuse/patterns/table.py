@@ -78,7 +78,7 @@ def _conv_kind(call: relax.Call) -> str | None:
 
 def _fc_kind(call: relax.Call) -> str | None:
     x, weight = call.args
-    if x.ty.ndim < 2 or not _float32(x, weight, call):
+    if x.ty.ndim < 2 or weight.ty.ndim < 2 or not _float32(x, weight, call):  # numpy's vector cases
         return None
     return "dense" if weight.ty.ndim == 2 else "batch_matmul"
 

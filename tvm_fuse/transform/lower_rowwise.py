@@ -147,8 +147,10 @@ def _known_fp32(mask: relax.Expr) -> bool:
 
 
 def _rows_lowerable(data: relax.Expr, axes) -> bool:
-    """fp32 `data` of known rank reduced over its last axis."""
-    if not isinstance(data.ty, relax.TensorType) or data.ty.shape is None or str(data.ty.dtype) != "float32":
+    """fp32 `data` of known rank >= 2 (rows, as the kernel's schedule loops over them) reduced
+    over its last axis."""
+    if not isinstance(data.ty, relax.TensorType) or data.ty.shape is None or str(data.ty.dtype) != "float32" \
+            or data.ty.ndim < 2:
         return False
     return [a % data.ty.ndim for a in axes] == [data.ty.ndim - 1]
 

