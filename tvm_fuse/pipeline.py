@@ -18,7 +18,6 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .patterns.table import ATTENTION_FAMILY
 from .target import isa_features
-from .transform.accumulate_half_in_float32 import AccumulateHalfInFloat32
 from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules, vector_lanes
 from .transform.blocked_layout import BlockedLayout
@@ -57,7 +56,7 @@ from .tuning.database import TuningDatabase
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
     """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
-    one until then), float16 convs and products summing in float32, ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, a conv's zero Pad
+    one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, a conv's zero Pad
     as its own padding, Gemm / MatMul + Add as dense + bias, a transposed conv whose kernel is
     its stride as a 1x1 conv, batch-norm folded into the layer before it (unless `conv_bn` /
     `fc_bn` are off), clip as maximum / minimum, leaky ReLU as a maximum and constants at their
@@ -69,7 +68,6 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         relax.transform.FoldConstant(),
-        AccumulateHalfInFloat32(),
         StackedReductionToBinary(),
         RemoveNoOps(),
         FoldPadIntoConv(),

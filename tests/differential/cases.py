@@ -26,10 +26,12 @@ class Case:
     def model(self, symbolic: bool = False) -> onnx.ModelProto:
         """The case as a checked model; `symbolic`: axis 0 of every input of the largest rank
         whose axis 0 has the first input's size (> 1) is the dim `SYMBOLIC` (a batch, so it
-        meets no other input's axis but its own), compiled as dynamic."""
+        meets no other input's axis but its own, nor a weight's), compiled as dynamic."""
         first = next(iter(self.inputs.values()))
         rank = max(a.ndim for a in self.inputs.values())
-        batch = first.shape[0] if self.batch and first.ndim == rank and first.shape[0] > 1 else None
+        meets_weight = any(w.ndim == rank and w.shape[0] > 1 for w in self.weights.values())
+        batch = first.shape[0] if self.batch and first.ndim == rank and first.shape[0] > 1 and not meets_weight \
+            else None
 
         def dims(array):
             shape = list(array.shape)

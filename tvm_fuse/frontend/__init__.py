@@ -1,5 +1,5 @@
-"""ONNX in: load a model, fix its shapes, read its QDQ pairs, repair what TVM's importer
-rejects, import it."""
+"""ONNX in: load a model, fix its shapes, read its QDQ pairs, widen float16 to float32, repair
+what TVM's importer rejects, import it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import tvm
 from ..quantization.qdq import read_qdq
 from ..quantization.table import CalibrationTable
 from .fixups import apply_fixups
+from .half_as_float import compute_half_in_float
 from .importer import check_input_sizes, import_onnx, set_input_shapes
 from .load import load_model
 
@@ -23,11 +24,12 @@ class ImportedModel(NamedTuple):
 
 
 def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ImportedModel:
-    """The model loaded, shapes fixed and checked, QDQ pairs read (`quantization.qdq`), fixed up, imported."""
+    """The model loaded, shapes fixed and checked, QDQ pairs read (`quantization.qdq`), float16
+    computed in float32 (`half_as_float`), fixed up, imported."""
     onnx_model = load_model(model)
     if input_shapes:
         onnx_model = set_input_shapes(onnx_model, dict(input_shapes))
     check_input_sizes(onnx_model)
     onnx_model, qdq_scales = read_qdq(onnx_model)
-    onnx_model = apply_fixups(onnx_model)
+    onnx_model = apply_fixups(compute_half_in_float(onnx_model))
     return ImportedModel(onnx_model, import_onnx(onnx_model), qdq_scales)

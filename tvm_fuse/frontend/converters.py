@@ -156,10 +156,14 @@ def pad(bb, inputs, attrs, opset):
     return relax.op.nn.pad(x, widths, "constant", float(value))
 
 
+def node_name(attrs: dict) -> str:
+    """The name of the node being converted, from the attributes TVM's importer passes."""
+    return attrs.get("tvm_custom", {}).get("name", "?")
+
+
 def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError:
     """The error refusing the node being converted, in this form, for `reason`."""
-    node = attrs.get("tvm_custom", {}).get("name", "?")
-    return UnsupportedOpsError([UnsupportedNode(op, node, "", opset, reason)])
+    return UnsupportedOpsError([UnsupportedNode(op, node_name(attrs), "", opset, reason)])
 
 
 def _static(dims) -> list[int | None]:

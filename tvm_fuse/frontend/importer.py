@@ -18,15 +18,15 @@ import tvm
 from onnx import numpy_helper
 from tvm import relax
 from tvm.ir.expr import GenericConst
-from tvm.sym import Analyzer
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+from tvm.sym import Analyzer
 
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
-from .converters import CONVERTERS, refuse
+from .converters import CONVERTERS, node_name, refuse
 from .fixups import apply_fixups
 from .support import check_supported, default_opset
 
@@ -353,9 +353,8 @@ class _NamingImporter(ONNXGraphImporter):
         except UnsupportedOpsError:
             raise
         except Exception as error:
-            node = attrs.get("tvm_custom", {}).get("name", "?")
             raise CompileError(
-                f"cannot import ONNX node {node!r} (op {op_name}, opset {opset}): "
+                f"cannot import ONNX node {node_name(attrs)!r} (op {op_name}, opset {opset}): "
                 f"{type(error).__name__}: {error}{self._static_shapes_hint(error)}"
             ) from error
         finally:
