@@ -1,6 +1,6 @@
 """Every op family the frontend accepts, drawn at random over its attributes, opsets and
-broadcasting (`cases.FAMILIES`), built through the whole pipeline and compared with ONNX Runtime:
-with static shapes and with axis 0 symbolic (compiled as dynamic), fusion on and off, and the
+broadcasting (`cases.FAMILIES`), built through the whole pipeline and compared with ONNX Runtime
+(where it approximates, with ONNX's reference evaluator): with static shapes and with axis 0 symbolic (compiled as dynamic), fusion on and off, and the
 families with convs and products in bf16 too, where the host has AVX512-BF16. Each case matches
 within 1e-4 of each output's largest magnitude (bf16: 3e-2), or is refused: as unsupported, or by
 an import error that names the node; never a wrong answer, never another error.
@@ -17,6 +17,7 @@ import onnx
 import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
+from onnx.reference import ReferenceEvaluator
 
 import tvm_fuse
 from tests.conftest import ort_outputs
@@ -30,8 +31,23 @@ BF16_FAMILIES = {"conv", "conv_transpose", "matmul", "gemm", "cnn_graph"}
 PRECISIONS = ["fp32", "bf16"] if "avx512_bf16" in host_features() else ["fp32"]
 
 
+def assert_matches(outputs: list[np.ndarray], expected: list[np.ndarray], rtol: float) -> None:
+    """Each output has the reference's shape and dtype, and its values within `rtol` of the
+    output's largest finite magnitude (NaN where the reference has NaN)."""
+    assert len(outputs) == len(expected)
+    for index, (ours, reference) in enumerate(zip(outputs, expected)):
+        assert ours.shape == reference.shape, f"output {index}: {ours.shape} != {reference.shape}"
+        assert ours.dtype == reference.dtype, f"output {index}: {ours.dtype} != {reference.dtype}"
+        finite = np.isfinite(reference)
+        scale = float(np.max(np.abs(reference[finite]))) if finite.any() else 1.0
+        np.testing.assert_allclose(ours, reference, rtol=rtol, atol=rtol * scale, equal_nan=True,
+                                   err_msg=f"output {index}")
+
+
 def check_case(case: Case, symbolic: bool, fusion: bool, precision: str = "fp32") -> None:
-    """`case` built by tvm_fuse matches ONNX Runtime, or is refused as unsupported."""
+    """`case` built by tvm_fuse matches ONNX Runtime, or else ONNX's reference evaluator (ONNX
+    Runtime approximates some functions: its sigmoid of -9.94 is 4e-4 off, ours and the
+    evaluator's exact), or is refused."""
     try:
         model = case.model(symbolic)
     except onnx.checker.ValidationError:  # an output ONNX's shape inference cannot type
@@ -49,15 +65,11 @@ def check_case(case: Case, symbolic: bool, fusion: bool, precision: str = "fp32"
             return
         raise
     outputs = compiled.run(None, case.inputs)
-    assert len(outputs) == len(expected)
-    for index, (ours, reference) in enumerate(zip(outputs, expected)):
-        assert ours.shape == reference.shape, f"output {index}: {ours.shape} != {reference.shape}"
-        assert ours.dtype == reference.dtype, f"output {index}: {ours.dtype} != {reference.dtype}"
-        finite = np.isfinite(reference)
-        scale = float(np.max(np.abs(reference[finite]))) if finite.any() else 1.0
-        rtol = RTOL[precision]
-        np.testing.assert_allclose(ours, reference, rtol=rtol, atol=rtol * scale, equal_nan=True,
-                                   err_msg=f"output {index}")
+    try:
+        assert_matches(outputs, expected, RTOL[precision])
+    except AssertionError:
+        exact = ReferenceEvaluator(model).run(None, case.inputs)
+        assert_matches(outputs, exact, RTOL[precision])
 
 
 # The net checks answers: a kernel our schedules leave unscheduled (a bf16 1x1 conv of one input
