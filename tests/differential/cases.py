@@ -279,6 +279,14 @@ def gemm(draw) -> Case:
 # --- convolutions and pools ---------------------------------------------------------------------
 
 
+def _kernel_and_bias(draw, kernel_shape, channels: int) -> tuple[dict, list[str]]:
+    """A conv's weights (its kernel, and a bias or not) and its input names."""
+    weights = {"w": _values(draw, kernel_shape, -0.5, 0.5)}
+    if draw(st.booleans()):
+        weights["bias"] = _values(draw, (channels,), -1, 1)
+    return weights, ["x", *weights]
+
+
 @st.composite
 def conv(draw) -> Case:
     """Conv 1-D or 2-D: groups (depthwise too), strides, dilations, asymmetric pads or auto_pad, bias."""
@@ -296,11 +304,7 @@ def conv(draw) -> Case:
     pads = tuple(draw(st.integers(0, k - 1)) for k in kernel * 2) if auto_pad == "NOTSET" else None
     if auto_pad.startswith("SAME"):
         dilations = (1,) * dims  # ONNX Runtime's SAME padding ignores dilations
-    weights = {"w": _values(draw, (c_out, c_in // groups, *kernel), -0.5, 0.5)}
-    names = ["x", "w"]
-    if draw(st.booleans()):
-        weights["bias"] = _values(draw, (c_out,), -1, 1)
-        names.append("bias")
+    weights, names = _kernel_and_bias(draw, (c_out, c_in // groups, *kernel), c_out)
     node = _node("Conv", names, group=groups, strides=strides, dilations=dilations, pads=pads,
                  auto_pad=auto_pad if auto_pad != "NOTSET" else None, kernel_shape=kernel)
     return Case([node], {"x": _values(draw, (draw(st.integers(1, 2)), c_in, *spatial), -1, 1)}, weights, opset=13)
@@ -314,11 +318,7 @@ def conv_transpose(draw) -> Case:
     strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     pads = tuple(draw(st.integers(0, k - 1)) for k in kernel * 2)
     output_padding = tuple(draw(st.integers(0, s - 1)) for s in strides)
-    weights = {"w": _values(draw, (c_in, c_out // groups, *kernel), -0.5, 0.5)}
-    names = ["x", "w"]
-    if draw(st.booleans()):
-        weights["bias"] = _values(draw, (c_out,), -1, 1)
-        names.append("bias")
+    weights, names = _kernel_and_bias(draw, (c_in, c_out // groups, *kernel), c_out)
     node = _node("ConvTranspose", names, group=groups, strides=strides, pads=pads, kernel_shape=kernel,
                  output_padding=output_padding if any(output_padding) else None)
     x = _values(draw, (1, c_in, draw(st.integers(1, 7)), draw(st.integers(1, 7))), -1, 1)
@@ -501,13 +501,67 @@ def cast(draw) -> Case:
                 {"x": x}, opset=13)
 
 
+@st.composite
+def recurrent(draw) -> Case:
+    """LSTM and GRU: directions, initial states, biases, batch-first layout, GRU's
+    linear_before_reset."""
+    op = draw(st.sampled_from(["LSTM", "GRU"]))
+    gates = 4 if op == "LSTM" else 3
+    seq, batch, width, hidden = (draw(st.integers(1, 6)), draw(st.integers(1, 3)), draw(st.integers(1, 8)),
+                                 draw(st.integers(1, 8)))
+    direction = draw(st.sampled_from(["forward", "reverse", "bidirectional"]))
+    directions = 2 if direction == "bidirectional" else 1
+    layout = draw(st.sampled_from([0, 1]))
+    weights = {"W": _values(draw, (directions, gates * hidden, width), -0.5, 0.5),
+               "R": _values(draw, (directions, gates * hidden, hidden), -0.5, 0.5),
+               "B": _values(draw, (directions, 2 * gates * hidden), -0.5, 0.5)}
+    x = _values(draw, (batch, seq, width) if layout else (seq, batch, width), -1, 1)
+    inputs, names = {"x": x}, ["x", "W", "R", "B"]
+    if draw(st.booleans()):
+        state = (batch, directions, hidden) if layout else (directions, batch, hidden)
+        weights["h0"] = _values(draw, state, -0.5, 0.5)
+        names += ["", "h0"]
+    outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    attrs = {"linear_before_reset": draw(st.sampled_from([0, 1]))} if op == "GRU" else {}
+    return Case([_node(op, names, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs)],
+                inputs, weights, opset=14, batch=False)
+
+
+@st.composite
+def indexing(draw) -> Case:
+    """TopK, CumSum, GatherElements, Einsum."""
+    op = draw(st.sampled_from(["TopK", "CumSum", "GatherElements", "Einsum"]))
+    shape = _shape(draw, 1, 3, max_side=6)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    x = _values(draw, shape)
+    if op == "TopK":
+        k = draw(st.integers(1, shape[axis]))
+        return Case([_node(op, ["x", "k"], ["values", "indices"], axis=axis, largest=draw(st.sampled_from([0, 1])),
+                           sorted=1)], {"x": x}, {"k": np.array([k], np.int64)}, opset=11)
+    if op == "CumSum":
+        return Case([_node(op, ["x", "axis"], exclusive=draw(st.sampled_from([0, 1])),
+                           reverse=draw(st.sampled_from([0, 1])))], {"x": x}, {"axis": np.array(axis, np.int64)},
+                    opset=14)
+    if op == "GatherElements":
+        size = shape[axis]
+        index_shape = list(shape)
+        index_shape[axis] = draw(st.integers(1, 4))
+        indices = _values(draw, tuple(index_shape), -size, size - 1, np.int64)
+        return Case([_node(op, ["x", "i"], axis=axis)], {"x": x}, {"i": indices}, opset=13)
+    m, k, n = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    equation, shapes = draw(st.sampled_from([("ij,jk->ik", ((m, k), (k, n))), ("bij,bjk->bik", ((2, m, k), (2, k, n))),
+                                             ("ij->ji", ((m, k),)), ("ij,ij->i", ((m, k), (m, k)))]))
+    inputs = {f"x{i}": _values(draw, shape) for i, shape in enumerate(shapes)}
+    return Case([_node(op, list(inputs), equation=equation)], inputs, opset=12)
+
+
 FAMILIES = {
     "unary": unary(), "activation": activation(), "binary": binary(), "variadic": variadic(),
     "compare_where": compare_where(), "clip": clip(), "prelu": prelu(), "softmax": softmax(), "reduce": reduce(),
     "argmax": argmax(), "normalization": normalization(), "matmul": matmul(), "gemm": gemm(), "conv": conv(),
     "conv_transpose": conv_transpose(), "pool": pool(), "reshape": reshape(), "concat_split": concat_split(),
     "slice_gather": slice_gather(), "pad": pad(), "expand_tile": expand_tile(), "depth_space": depth_space(),
-    "resize": resize(), "cast": cast(),
+    "resize": resize(), "cast": cast(), "recurrent": recurrent(), "indexing": indexing(),
 }
 
 

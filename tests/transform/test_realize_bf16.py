@@ -384,3 +384,20 @@ def test_a_bf16_chain_matches_onnx_runtime(make, shape, bf16_nodes):
     ours = tvm_fuse.build(model, "native", precision="bf16")
     assert {_precisions(ours)[node] for node in bf16_nodes} == {"bf16"}
     assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_a_one_channel_image_conv_runs_in_bf16_widened_with_a_zero_channel(portable, kernel):
+    """Found by tests/differential: the kernel took the weights' pair of input channels for two
+    of the data's one-channel blocks and merged them into none; outputs up to 1e38."""
+    rng = np.random.default_rng(3)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[kernel // 2] * 4)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 12, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
+                              [_weight(rng, "w", 16, 1, kernel, kernel)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    feed = {"x": rng.standard_normal((1, 1, 12, 12)).astype(np.float32)}
+    ours = tvm_fuse.build(model, portable, precision="bf16")
+    assert "bf16" in _precisions(ours).values()
+    assert_close(ours.run(None, feed), ort_outputs(model, feed), rtol=2e-2)

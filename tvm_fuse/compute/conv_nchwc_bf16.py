@@ -30,8 +30,10 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     weight_block = int(weight_block)
     out_block = out_block or weight_block
     tiles = out_block // weight_block  # the weight's blocks per output block
+    # The weights' input block spans `group` of the data's blocks (AMX), merged side by side; a
+    # single block narrower than it (an image's 1 or 3 channels) is widened with zeros instead.
     group = int(in_pairs) * PAIR // int(data.shape[-1])
-    if group > 1:
+    if group > 1 and int(data.shape[1]) % group == 0:
         data = merge_channel_blocks(data, group)
     rounding = amx_conv_output if amx else None
     padded, (out_h, out_w), taps, at = sliding_window(
