@@ -20,6 +20,7 @@ import math
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +56,12 @@ def mismatch(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return worst
 
 
+def _row(name: str) -> dict:
+    return {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
+
+
 def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool) -> dict:
-    row = {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
+    row = _row(name)
     try:
         path = corpus_path(name)
     except tvm_fuse.ModelLoadError as missing:
@@ -68,6 +73,9 @@ def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool
     try:
         compiled = tvm_fuse.build(path, "native", input_shapes={k: v.shape for k, v in feed.items()},
                                   num_threads=threads)
+    except tvm_fuse.UnsupportedOpsError as refused:
+        ops = Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in refused.nodes)
+        return {**row, "status": "refused", "error": "unsupported " + ", ".join(f"{op} x{n}" for op, n in ops.items())}
     except tvm_fuse.TvmFuseError as refused:
         return {**row, "status": "refused", "error": " ".join(str(refused).split())[:300]}
     row["build_s"] = time.perf_counter() - started
@@ -99,7 +107,7 @@ def _in_child(name: str, args) -> dict:
     """`run_model(name)` in a child process: a crash or a timeout is the row's status."""
     command = [sys.executable, __file__, "--one", name, "--threads", str(args.threads), "--repeat", str(args.repeat),
                *(["--no-openvino"] if args.no_openvino else []), *(["--no-timing"] if args.no_timing else [])]
-    row = {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
+    row = _row(name)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
