@@ -51,3 +51,11 @@ def test_exp_overflows_underflows_and_keeps_nan_as_numpy():
     got = _vectorized(exp, x)
     np.testing.assert_array_equal(got[[0, 1, 2, 4, 5, 6, 7]], reference[[0, 1, 2, 4, 5, 6, 7]])
     assert 0 <= got[3] <= 1.2e-38  # subnormal there: 0 or near it
+
+
+def test_exp_of_nonpositive_inputs_is_as_exact():
+    """The cheaper form a softmax's shifted scores take; -inf (a masked score) gives 0."""
+    x = np.concatenate([np.linspace(-87.6, 0, 200_000, dtype=np.float32), np.float32([-np.inf, -1e30])])
+    got = _vectorized(lambda data: exp(data, nonpositive=True), x)
+    np.testing.assert_allclose(got[:-2], np.exp(x[:-2].astype(np.float64)), rtol=2.4e-7, atol=0)
+    np.testing.assert_array_equal(got[-2:], [0, 0])

@@ -21,32 +21,39 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              5.0000001201e-1)
 
 
-def _exp_f32(x: tirx.PrimExpr) -> tirx.PrimExpr:
+def _exp_f32(x: tirx.PrimExpr, nonpositive: bool) -> tirx.PrimExpr:
     """exp(x) = 2^n * exp(f), f = x - n ln2, |f| <= ln2 / 2. 2^n is built in the exponent bits,
     for n > 0 as 2^(n-1) * 2, so that n = 128 (x just under float32's overflow) stays finite:
     TVM's `fast_exp` builds 2^128 there and returns inf for x in [88.38, 88.72]. Outside the
-    range: inf above, 0 below, NaN for NaN."""
+    range: inf above, 0 below, NaN for NaN. `nonpositive`: x <= 0 (a softmax's shifted
+    scores), which needs neither the halving nor the overflow."""
     f32 = "float32"
-    clamped = tirx.max(tirx.min(x, tirx.const(_EXP_HI, f32)), tirx.const(_EXP_LO, f32))
+    low = tirx.const(_EXP_LO, f32)
+    clamped = tirx.max(x if nonpositive else tirx.min(x, tirx.const(_EXP_HI, f32)), low)
     n = tirx.floor(clamped * tirx.const(1 / math.log(2), f32) + tirx.const(0.5, f32))
     f = clamped - n * tirx.const(_LN2_HI, f32) - n * tirx.const(_LN2_LO, f32)
     poly = tirx.const(_EXP_POLY[0], f32)
     for coefficient in _EXP_POLY[1:]:
         poly = poly * f + tirx.const(coefficient, f32)
     near_one = poly * f * f + f + tirx.const(1.0, f32)
+
+    def power_of_two(exponent):
+        return tirx.reinterpret(f32, tirx.Cast("int32", exponent + tirx.const(127.0, f32)) << 23)
+
+    if nonpositive:
+        return tirx.Select(x >= low, near_one * power_of_two(n), tirx.const(0.0, f32))
     halved = tirx.Select(n > tirx.const(0.0, f32), tirx.const(1.0, f32), tirx.const(0.0, f32))
-    scale = tirx.reinterpret(f32, tirx.Cast("int32", n - halved + tirx.const(127.0, f32)) << 23)
-    value = near_one * scale * (halved + tirx.const(1.0, f32))
+    value = near_one * power_of_two(n - halved) * (halved + tirx.const(1.0, f32))
     inside = tirx.Select(x <= tirx.const(_EXP_HI, f32), value, tirx.const(math.inf, f32))
-    return tirx.Select(x >= tirx.const(_EXP_LO, f32), inside,
-                       tirx.Select(x < tirx.const(_EXP_LO, f32), tirx.const(0.0, f32), x))
+    return tirx.Select(x >= low, inside, tirx.Select(x < low, tirx.const(0.0, f32), x))
 
 
-def exp(x: te.Tensor) -> te.Tensor:
-    """exp, vectorizable in float32 (within 2 ulp over float32's whole range); exact otherwise."""
+def exp(x: te.Tensor, nonpositive: bool = False) -> te.Tensor:
+    """exp, vectorizable in float32 (within 2 ulp over float32's whole range); exact otherwise.
+    `nonpositive`: every x <= 0 (or NaN, which gives 0 then), a cheaper form."""
     if str(x.dtype) != "float32":
         return topi.exp(x)
-    return te.compute(x.shape, lambda *i: _exp_f32(x(*i)), name="exp", tag="elemwise")
+    return te.compute(x.shape, lambda *i: _exp_f32(x(*i), nonpositive), name="exp", tag="elemwise")
 
 
 def sigmoid(x: te.Tensor) -> te.Tensor:

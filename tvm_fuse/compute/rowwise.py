@@ -39,7 +39,7 @@ def softmax_rows(x: te.Tensor, lanes: int) -> te.Tensor:
     too); exp is `fast_math.exp`, which vectorizes."""
     lowest = tirx.min_value(x.dtype)
     peak = row_reduction(x, x, te.max, lanes, "max", anchor=True, identity=lowest)
-    exps = exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"))
+    exps = exp(te.compute(x.shape, lambda *i: x(*i) - peak(*i[:-1]), name="shifted"), nonpositive=True)
     total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, x.dtype))
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, x.dtype) / total(*r), name="inverse_sum")
     return te.compute(x.shape, lambda *i: exps(*i) * inverse(*i[:-1]), name="softmax")

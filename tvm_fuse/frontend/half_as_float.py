@@ -47,8 +47,13 @@ def _has_half(graph: onnx.GraphProto) -> bool:
     values = [*graph.input, *graph.output, *graph.value_info]
     return (any(v.type.tensor_type.elem_type == _HALF for v in values)
             or any(t.data_type == _HALF for t in graph.initializer)
-            or any(a.type == onnx.AttributeProto.TENSOR and a.t.data_type == _HALF or a.i == _HALF and a.name in ("to", "dtype")
-                   or any(_has_half(g) for g in _subgraphs(a)) for n in graph.node for a in n.attribute))
+            or any(_names_half(a) or any(map(_has_half, _subgraphs(a))) for n in graph.node for a in n.attribute))
+
+
+def _names_half(attribute: onnx.AttributeProto) -> bool:
+    """A float16 tensor (a Constant's value) or a float16 type (a Cast's `to`)."""
+    return (attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == _HALF
+            or attribute.type == onnx.AttributeProto.INT and attribute.name in ("to", "dtype") and attribute.i == _HALF)
 
 
 def _subgraphs(attribute: onnx.AttributeProto) -> list[onnx.GraphProto]:
@@ -71,9 +76,9 @@ def _widen(graph: onnx.GraphProto, top: bool = True) -> None:
             value.type.tensor_type.elem_type = _FLOAT
     for node in graph.node:
         for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == _HALF:
+            if _names_half(attribute) and attribute.type == onnx.AttributeProto.TENSOR:
                 attribute.t.CopyFrom(_float_tensor(attribute.t))
-            elif attribute.type == onnx.AttributeProto.INT and attribute.name in ("to", "dtype") and attribute.i == _HALF:
+            elif _names_half(attribute):
                 attribute.i = _FLOAT
             for subgraph in _subgraphs(attribute):
                 _widen(subgraph, top=False)

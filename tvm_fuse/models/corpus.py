@@ -12,9 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .real import wheel_file
-
-_IMAGENET = (np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32))
+from .real import IMAGENET, normalized, wheel_file
 
 
 @cache
@@ -43,9 +41,7 @@ def _document(rng: np.random.Generator, shape) -> np.ndarray:
             for x in range(left, right, 9):
                 glyph = rng.uniform(0, 0.4, (14, 6)) * (rng.uniform(size=(14, 6)) < 0.6)
                 page[b, top:top + 14, x:x + 6] = np.minimum(page[b, top:top + 14, x:x + 6], glyph)
-    mean, std = _IMAGENET
-    image = np.repeat(page[:, None], channels, axis=1)
-    return ((image - mean[:channels, None, None]) / std[:channels, None, None]).astype(np.float32)
+    return normalized(np.repeat(page[:, None], channels, axis=1), IMAGENET)
 
 
 def _seal(rng: np.random.Generator, shape) -> np.ndarray:
@@ -63,8 +59,7 @@ def _seal(rng: np.random.Generator, shape) -> np.ndarray:
     image = np.ones((batch, channels, height, width), np.float32)
     for channel, value in enumerate((0.85, 0.1, 0.1)[:channels]):
         image[:, channel][:, stamp] = value
-    mean, std = _IMAGENET
-    return ((image - mean[:channels, None, None]) / std[:channels, None, None]).astype(np.float32)
+    return normalized(image, IMAGENET)
 
 
 _PICTURES = {"document": _document, "seal": _seal}

@@ -14,14 +14,20 @@ import numpy as np
 
 from ..errors import ModelLoadError
 
-_IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 _HALF = ([0.5] * 3, [0.5] * 3)
+
+
+def normalized(image: np.ndarray, normalization) -> np.ndarray:
+    """An NCHW image in [0, 1] normalized by (mean, std) per channel, as a model expects."""
+    channels = image.shape[1]
+    mean, std = (np.array(v, np.float32)[:channels, None, None] for v in normalization)
+    return ((image.astype(np.float32) - mean) / std).astype(np.float32)
 
 
 def _image(rng, batch: int, height: int, width: int, normalization) -> np.ndarray:
     """A random RGB image in [0, 1], normalized as the model expects."""
-    mean, std = (np.array(v, np.float32)[:, None, None] for v in normalization)
-    return ((rng.uniform(0, 1, (batch, 3, height, width)).astype(np.float32) - mean) / std).astype(np.float32)
+    return normalized(rng.uniform(0, 1, (batch, 3, height, width)), normalization)
 
 
 def _audio(rng, rows: int, samples: int) -> np.ndarray:
@@ -47,7 +53,7 @@ class RealModel:
 
 REAL_MODELS = {
     "ppocr_det": RealModel("rapidocr-onnxruntime", "ch_PP-OCRv4_det_infer.onnx",
-                           lambda rng, b: {"x": _image(rng, b, 320, 320, _IMAGENET)}),
+                           lambda rng, b: {"x": _image(rng, b, 320, 320, IMAGENET)}),
     "ppocr_rec": RealModel("rapidocr-onnxruntime", "ch_PP-OCRv4_rec_infer.onnx",
                            lambda rng, b: {"x": _image(rng, b, 48, 320, _HALF)}),
     "ppocr_cls": RealModel("rapidocr-onnxruntime", "ch_ppocr_mobile_v2.0_cls_infer.onnx",
