@@ -21,12 +21,13 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              5.0000001201e-1)
 
 
-def _exp_f32(x: tirx.PrimExpr, nonpositive: bool) -> tirx.PrimExpr:
+def _exp_f32(x: tirx.PrimExpr, nonpositive: bool, overflow_to_inf: bool) -> tirx.PrimExpr:
     """exp(x) = 2^n * exp(f), f = x - n ln2, |f| <= ln2 / 2. 2^n is built in the exponent bits,
     for n > 0 as 2^(n-1) * 2, so that n = 128 (x just under float32's overflow) stays finite:
     TVM's `fast_exp` builds 2^128 there and returns inf for x in [88.38, 88.72]. Outside the
     range: inf above, 0 below, NaN for NaN. `nonpositive`: x <= 0 (a softmax's shifted
-    scores), which needs neither the halving nor the overflow."""
+    scores), which needs neither the halving nor the overflow. `overflow_to_inf`: inf from
+    88.38 on, as TVM's (for sigmoid, where 1 / (1 + inf) is within 3e-39 of the truth)."""
     f32 = "float32"
     low = tirx.const(_EXP_LO, f32)
     clamped = tirx.max(x if nonpositive else tirx.min(x, tirx.const(_EXP_HI, f32)), low)
@@ -42,23 +43,26 @@ def _exp_f32(x: tirx.PrimExpr, nonpositive: bool) -> tirx.PrimExpr:
 
     if nonpositive:
         return tirx.Select(x >= low, near_one * power_of_two(n), tirx.const(0.0, f32))
+    if overflow_to_inf:
+        return tirx.Select(x >= low, near_one * power_of_two(n), tirx.Select(x < low, tirx.const(0.0, f32), x))
     halved = tirx.Select(n > tirx.const(0.0, f32), tirx.const(1.0, f32), tirx.const(0.0, f32))
     value = near_one * power_of_two(n - halved) * (halved + tirx.const(1.0, f32))
     inside = tirx.Select(x <= tirx.const(_EXP_HI, f32), value, tirx.const(math.inf, f32))
     return tirx.Select(x >= low, inside, tirx.Select(x < low, tirx.const(0.0, f32), x))
 
 
-def exp(x: te.Tensor, nonpositive: bool = False) -> te.Tensor:
+def exp(x: te.Tensor, nonpositive: bool = False, overflow_to_inf: bool = False) -> te.Tensor:
     """exp, vectorizable in float32 (within 2 ulp over float32's whole range); exact otherwise.
-    `nonpositive`: every x <= 0 (or NaN, which gives 0 then), a cheaper form."""
+    Cheaper forms (`_exp_f32`): `nonpositive` where every x <= 0 (NaN gives 0 then);
+    `overflow_to_inf` where inf from 88.38 on serves as well."""
     if str(x.dtype) != "float32":
         return topi.exp(x)
-    return te.compute(x.shape, lambda *i: _exp_f32(x(*i), nonpositive), name="exp", tag="elemwise")
+    return te.compute(x.shape, lambda *i: _exp_f32(x(*i), nonpositive, overflow_to_inf), name="exp", tag="elemwise")
 
 
 def sigmoid(x: te.Tensor) -> te.Tensor:
     """1 / (1 + exp(-x)): 0 below -88.7, where exp(-x) overflows, and 1 above 87.3."""
-    exps = exp(topi.negative(x))
+    exps = exp(topi.negative(x), overflow_to_inf=True)
     return te.compute(x.shape, lambda *i: 1.0 / (1.0 + exps(*i)), name="sigmoid")
 
 
