@@ -44,11 +44,13 @@ def _exp_f32(x: tirx.PrimExpr, nonpositive: bool, overflow_to_inf: bool) -> tirx
     if nonpositive:
         return tirx.Select(x >= low, near_one * power_of_two(n), tirx.const(0.0, f32))
     if overflow_to_inf:
-        return tirx.Select(x >= low, near_one * power_of_two(n), tirx.Select(x < low, tirx.const(0.0, f32), x))
-    halved = tirx.Select(n > tirx.const(0.0, f32), tirx.const(1.0, f32), tirx.const(0.0, f32))
-    value = near_one * power_of_two(n - halved) * (halved + tirx.const(1.0, f32))
-    inside = tirx.Select(x <= tirx.const(_EXP_HI, f32), value, tirx.const(math.inf, f32))
-    return tirx.Select(x >= low, inside, tirx.Select(x < low, tirx.const(0.0, f32), x))
+        value = near_one * power_of_two(n)
+    else:
+        halved = tirx.Select(n > tirx.const(0.0, f32), tirx.const(1.0, f32), tirx.const(0.0, f32))
+        value = tirx.Select(x <= tirx.const(_EXP_HI, f32),
+                            near_one * power_of_two(n - halved) * (halved + tirx.const(1.0, f32)),
+                            tirx.const(math.inf, f32))
+    return tirx.Select(x >= low, value, tirx.Select(x < low, tirx.const(0.0, f32), x))
 
 
 def exp(x: te.Tensor, nonpositive: bool = False, overflow_to_inf: bool = False) -> te.Tensor:

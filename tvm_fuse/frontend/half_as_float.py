@@ -76,10 +76,11 @@ def _widen(graph: onnx.GraphProto, top: bool = True) -> None:
             value.type.tensor_type.elem_type = _FLOAT
     for node in graph.node:
         for attribute in node.attribute:
-            if _names_half(attribute) and attribute.type == onnx.AttributeProto.TENSOR:
-                attribute.t.CopyFrom(_float_tensor(attribute.t))
-            elif _names_half(attribute):
-                attribute.i = _FLOAT
+            if _names_half(attribute):
+                if attribute.type == onnx.AttributeProto.TENSOR:
+                    attribute.t.CopyFrom(_float_tensor(attribute.t))
+                else:
+                    attribute.i = _FLOAT
             for subgraph in _subgraphs(attribute):
                 _widen(subgraph, top=False)
 
