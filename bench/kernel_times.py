@@ -61,7 +61,7 @@ def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a named model (resnet50, ppocr_rec, ...) or an .onnx path")
+    parser.add_argument("model", help="a named model (resnet50, ppocr_rec, a corpus model, ...) or an .onnx path")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1, help="the batch of a named model's feed")
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")

@@ -66,6 +66,7 @@ from tvm_fuse.frontend.fixups import apply_fixups
 from tvm_fuse.frontend.importer import set_input_shapes
 from tvm_fuse.frontend.load import load_model
 from tvm_fuse.models import named_model, zoo
+from tvm_fuse.models.corpus import corpus, corpus_feed, corpus_path
 from tvm_fuse.models.real import REAL_MODELS, real_model_feed, real_model_path
 from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from tvm_fuse.peak import measure_peak
@@ -131,6 +132,8 @@ def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]
         return minilm_and_feed(MINILM[name], batch)
     if name in ZOO:
         return getattr(zoo, name)(batch=batch), None
+    if name in corpus():  # at the batch its package feeds
+        return load_model(corpus_path(name)), corpus_feed(name)
     if name not in REAL_MODELS:
         return named_model(name, batch=batch), None
     return load_model(real_model_path(name)), real_model_feed(name, batch)

@@ -1,6 +1,8 @@
-"""Direct NC[spatial] convolution (`tvm_fuse.compute.conv.convolution`): output channels tiled
-in registers, the output row vectorized, (batch, channel tile) in parallel, the fused epilogue
-computed per output row right after the row's reduction while it is hot in cache."""
+"""Direct NC[spatial] convolution (`tvm_fuse.compute.conv.convolution`): a register tile of
+`channel_tile` output channels x `width_vectors` vectors of the output row is accumulated over
+every input channel and kernel tap, each step one row vector of the input times a broadcast
+weight; (batch, channel tile) in parallel; the fused epilogue is applied to the tile before it
+is stored. The compute rounds long rows up to whole vectors, so the row splits without a tail."""
 
 from __future__ import annotations
 
@@ -8,27 +10,38 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import divisor, divisors, inline_epilogue, vectorize_innermost
+from .common import accumulate_in_registers, accumulator_budget, divisor, divisors, inline_epilogue, static_extent, store_tile
 
 
 @dataclass(frozen=True)
 class ConvKnobs:
     width_vector: int  # output columns per vector (split of the innermost spatial axis)
     channel_tile: int  # output channels accumulated together
+    width_vectors: int = 1  # vectors of the row accumulated together: channel_tile x width_vectors registers
+
+
+def _extents(sch: s_tir.Schedule, block) -> tuple[object, object]:
+    """(output row width, output channels) of the conv `block`."""
+    loops = sch.get_loops(block)
+    rank = (len(loops) - 3) // 2
+    return sch.get(loops[1 + rank]).extent, sch.get(loops[1]).extent
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvKnobs:
-    loops = sch.get_loops(block)
-    rank = (len(loops) - 3) // 2
-    width, channels = sch.get(loops[1 + rank]).extent, sch.get(loops[1]).extent
-    return ConvKnobs(divisor(width, [lanes >> s for s in range(lanes.bit_length())]), divisor(channels, [4, 2]))
+    width, channels = _extents(sch, block)
+    vector = divisor(width, [lanes >> s for s in range(lanes.bit_length())])
+    # Up to 16 accumulators, channels first: each input vector feeds channel_tile FMAs.
+    channel_tile = divisor(channels, (8, 6, 4, 3, 2))
+    budget = accumulator_budget(lanes, 16) // channel_tile
+    vectors = divisor(static_extent(width) // vector, range(max(budget, 1), 0, -1)) if static_extent(width) else 1
+    return ConvKnobs(vector, channel_tile, vectors)
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvKnobs]:
-    loops = sch.get_loops(block)
-    rank = (len(loops) - 3) // 2
-    width, channels = sch.get(loops[1 + rank]).extent, sch.get(loops[1]).extent
-    return [ConvKnobs(w, c) for w in divisors(width, lanes) for c in divisors(channels, 8)]
+    width, channels = _extents(sch, block)
+    budget = accumulator_budget(lanes, 24)
+    return [ConvKnobs(w, c, v) for w in divisors(width, lanes) for c in divisors(channels, 8)
+            for v in divisors(static_extent(width) // w if static_extent(width) else 1, 4) if c * v <= budget]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvKnobs | None = None) -> None:
@@ -41,18 +54,11 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvKnobs | None = N
     batch, channel, spatial = loops[0], loops[1], loops[2:2 + rank]
     reduction = loops[2 + rank:]
     channel_out, channel_in = sch.split(channel, [None, knobs.channel_tile])
-    width_out, width_in = sch.split(spatial[-1], [None, knobs.width_vector])
-    sch.reorder(batch, channel_out, *spatial[:-1], width_out, *reduction, channel_in, width_in)
-    outer = sch.fuse(batch, channel_out)
-    sch.parallel(outer)
-    sch.unroll(channel_in)
-    vector = knobs.width_vector > 1  # an output width of 1 leaves no row to vectorize
-    if vector:
-        sch.vectorize(width_in)
-    init = sch.decompose_reduction(block, reduction[0])
-    if vector:
-        vectorize_innermost(sch, init, lanes)
-    if epilogue is not None:
-        sch.reverse_compute_at(epilogue, spatial[0] if rank == 2 else outer)
-        if vector:
-            vectorize_innermost(sch, epilogue, lanes)
+    width_out, width_vector, width_in = sch.split(spatial[-1], [None, knobs.width_vectors, knobs.width_vector])
+    sch.reorder(batch, channel_out, *spatial[:-1], width_out, *reduction, channel_in, width_vector, width_in)
+    sch.parallel(sch.fuse(batch, channel_out))
+    # An output width of 1 leaves no row to vectorize.
+    lane = width_in if knobs.width_vector > 1 else None
+    unrolled = [channel_in, width_vector] + ([width_in] if lane is None else [])
+    write_back = accumulate_in_registers(sch, block, width_out, unrolled, lane, reduction[0], lanes)
+    store_tile(sch, write_back, epilogue, width_out, lanes)

@@ -299,7 +299,9 @@ def conv(draw) -> Case:
     kernel = tuple(draw(st.integers(1, 3)) for _ in range(dims))
     strides = tuple(draw(st.integers(1, 2)) for _ in range(dims))
     dilations = tuple(draw(st.integers(1, 2)) for _ in range(dims))
-    spatial = tuple(draw(st.integers(max(k + (k - 1) * (d - 1), 1), 12)) for k, d in zip(kernel, dilations))
+    # 1-D rows up to 150 wide, past the widths the direct kernel rounds to whole vectors (16, 128).
+    longest = 150 if dims == 1 else 20
+    spatial = tuple(draw(st.integers(max(k + (k - 1) * (d - 1), 1), longest)) for k, d in zip(kernel, dilations))
     auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
     pads = tuple(draw(st.integers(0, k - 1)) for k in kernel * 2) if auto_pad == "NOTSET" else None
     if auto_pad.startswith("SAME"):
@@ -312,16 +314,18 @@ def conv(draw) -> Case:
 
 @st.composite
 def conv_transpose(draw) -> Case:
+    """ConvTranspose 1-D or 2-D: groups, strides, pads, output padding, bias."""
+    dims = draw(st.sampled_from([1, 2, 2]))
     groups = draw(st.sampled_from([1, 1, 2]))
     c_in, c_out = groups * draw(st.integers(1, 4)), groups * draw(st.integers(1, 4))
-    kernel = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    kernel = tuple(draw(st.integers(1, 4)) for _ in range(dims))
+    strides = tuple(draw(st.integers(1, 3)) for _ in range(dims))
     pads = tuple(draw(st.integers(0, k - 1)) for k in kernel * 2)
     output_padding = tuple(draw(st.integers(0, s - 1)) for s in strides)
     weights, names = _kernel_and_bias(draw, (c_in, c_out // groups, *kernel), c_out)
     node = _node("ConvTranspose", names, group=groups, strides=strides, pads=pads, kernel_shape=kernel,
                  output_padding=output_padding if any(output_padding) else None)
-    x = _values(draw, (1, c_in, draw(st.integers(1, 7)), draw(st.integers(1, 7))), -1, 1)
+    x = _values(draw, (1, c_in, *(draw(st.integers(1, 40 if dims == 1 else 7)) for _ in range(dims))), -1, 1)
     return Case([node], {"x": x}, weights, opset=13)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import tvm
 from tvm import te, topi
 
 from . import SCHEDULE_RULE
@@ -26,7 +27,8 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
                 for a in range(rank)]
     if round_output is not None:
         for a, (size, rounded) in enumerate(zip(out_size, round_output(out_size))):
-            after[a] += (rounded - int(size)) * strides[a]
+            if rounded is not size:
+                after[a] += (rounded - int(size)) * strides[a]
     padded = data
     if any(before + after):
         padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing],
@@ -123,13 +125,35 @@ def is_depthwise(groups, weight_shape) -> bool:
     return int(groups) > 1 and inputs == 1
 
 
+ROW_GRANULES = ((512, 64), (128, 32), (16, 16))  # (from this output row width, round it to a multiple of)
+
+
+def whole_vector_width(width) -> int | None:
+    """A static output row of `width` rounded up to whole vectors of the widest ISA (several
+    for a long row: the schedule's register tile), or None to leave it (short, symbolic, or
+    already whole). A row that a vector does not divide would leave the schedule a scalar tail."""
+    if not isinstance(width, int | tvm.tirx.IntImm):
+        return None
+    width = int(width)
+    granule = next((g for start, g in ROW_GRANULES if width >= start), None)
+    if granule is None or width % granule == 0:
+        return None
+    return -(-width // granule) * granule
+
+
 def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int) -> te.Tensor:
-    """`out[n, o, *y] = sum_{i, *k} pad(data)[n, g*I + i, *(y*stride + k*dilation)] * weight[o, i, *k]`.
+    """`out[n, o, *y] = sum_{i, *k} pad(data)[n, g*I + i, *(y*stride + k*dilation)] * weight[o, i, *k]`,
+    its rows computed to whole vectors (`whole_vector_width`) and cropped.
 
     Depthwise is `groups == channels`.
     """
     out_channels, group_channels = weight.shape[:2]
-    padded, out_size, taps, at = sliding_window(data, weight.shape[2:], strides, padding, dilation)
+
+    def round_output(size):
+        return [*size[:-1], whole_vector_width(size[-1]) or size[-1]]
+
+    padded, out_size, taps, at = sliding_window(data, weight.shape[2:], strides, padding, dilation,
+                                                round_output=round_output)
     out_per_group = out_channels // groups
     i = te.reduce_axis((0, group_channels), name="i")
 
@@ -137,4 +161,6 @@ def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, 
         channel = (o // out_per_group) * group_channels + i
         return te.sum(padded[(n, channel, *at(y))] * weight[(o, i, *taps)], axis=[i, *taps])
 
-    return te.compute((data.shape[0], out_channels, *out_size), value, name="conv", attrs={SCHEDULE_RULE: CONV_RULE})
+    rows = round_output(out_size)
+    out = te.compute((data.shape[0], out_channels, *rows), value, name="conv", attrs={SCHEDULE_RULE: CONV_RULE})
+    return crop(out, out_size)

@@ -1,6 +1,6 @@
-"""A transposed conv as a conv of its stride's phases and a depth-to-space.
+"""A transposed conv (1-D or 2-D) as a conv of its stride's phases and a depth-to-space.
 
-With stride s and kernel k, output row Y takes input row h through kernel tap ky where
+Per spatial axis, with stride s and kernel k, output row Y takes input row h through kernel tap ky where
 Y + pad = h * s + ky; writing Y + pad = q * s + r (0 <= r < s), the taps are ky = r + s * m and
 h = q - m for m < ceil(k / s) = M. So each phase r is a plain conv of x with M taps, the phase's
 taps in reverse order, and all phases together are one conv with C_out * s * s outputs (an M x M
@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .rebind import is_op, rebind_pass
+from .rebind import rebind_pass
 
 
 def ConvTransposeAsConv() -> tvm.transform.Pass:
@@ -33,37 +33,47 @@ def _ints(values) -> list[int]:
     return [int(v) for v in values]
 
 
+_TRANSPOSED = {"relax.nn.conv1d_transpose": (("NCW", "IOW", "NCW"), relax.op.nn.conv1d),
+               "relax.nn.conv2d_transpose": (("NCHW", "IOHW", "NCHW"), relax.op.nn.conv2d)}
+
+
 def _as_conv(call) -> relax.Expr | None:
-    if not is_op(call, "relax.nn.conv2d_transpose"):
+    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op) or call.op.name not in _TRANSPOSED:
         return None
+    layouts, conv_op = _TRANSPOSED[call.op.name]
     data, weight = call.args
     attrs = call.attrs
-    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    if layouts != ("NCHW", "IOHW", "NCHW") or not isinstance(weight, GenericConst) or int(attrs.groups) != 1:
+    if ((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout)) != layouts
+            or not isinstance(weight, GenericConst) or int(attrs.groups) != 1):
         return None
     shape = data.ty.shape
     if shape is None or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
         return None
-    kernel = weight.value.numpy()  # [C_in, C_out, kh, kw]
-    if _ints(attrs.dilation) != [1, 1] or call.ty.shape is None:
+    kernel = weight.value.numpy()  # [C_in, C_out, *k]
+    rank = kernel.ndim - 2
+    if _ints(attrs.dilation) != [1] * rank or call.ty.shape is None:
         return None
-    batch, _, height, width = _ints(shape)
-    out_height, out_width = _ints(call.ty.shape.values[2:])
-    top, left = _ints(attrs.padding)[:2]
-    channels_in, channels_out, kh, kw = kernel.shape
-    sh, sw = _ints(attrs.strides)
-    mh, mw = -(-kh // sh), -(-kw // sw)
+    batch, _, *size = _ints(shape)
+    out_size = _ints(call.ty.shape.values[2:])
+    before = _ints(attrs.padding)[:rank]
+    channels_in, channels_out, *taps_per_axis = kernel.shape
+    strides = _ints(attrs.strides)
+    m = [-(-k // s) for k, s in zip(taps_per_axis, strides)]
     # Phases q of the output: the input's, and enough to cover its last row and column past the padding.
-    rows, columns = max(height, (out_height - 1 + top) // sh + 1), max(width, (out_width - 1 + left) // sw + 1)
-    taps = np.zeros((channels_in, channels_out, mh * sh, mw * sw), kernel.dtype)
-    taps[:, :, :kh, :kw] = kernel
-    taps = taps.reshape(channels_in, channels_out, mh, sh, mw, sw)[:, :, ::-1, :, ::-1, :]  # [c, o, m, r, n, t]
-    phases = taps.transpose(1, 3, 5, 0, 2, 4).reshape(channels_out * sh * sw, channels_in, mh, mw)
-    conv = relax.op.nn.conv2d(data, relax.const(np.ascontiguousarray(phases)),
-                              padding=[mh - 1, mw - 1, rows - height, columns - width], out_dtype=str(call.ty.dtype))
-    tiles = relax.op.reshape(conv, [batch, channels_out, sh, sw, rows, columns])
-    placed = relax.op.permute_dims(tiles, [0, 1, 4, 2, 5, 3])  # [n, o, q, r, q', r']
-    placed = relax.op.reshape(placed, [batch, channels_out, rows * sh, columns * sw])
-    if (top, left, out_height, out_width) == (0, 0, rows * sh, columns * sw):
+    rows = [max(n, (o - 1 + b) // s + 1) for n, o, b, s in zip(size, out_size, before, strides)]
+    taps = np.zeros((channels_in, channels_out, *(mi * s for mi, s in zip(m, strides))), kernel.dtype)
+    taps[(slice(None), slice(None), *(slice(k) for k in taps_per_axis))] = kernel
+    split = [extent for mi, s in zip(m, strides) for extent in (mi, s)]
+    taps = taps.reshape(channels_in, channels_out, *split)[(slice(None), slice(None), *[slice(None, None, -1), slice(None)] * rank)]
+    # [c, o, m0, r0, m1, r1, ...] -> [o, r0, r1, ..., c, m0, m1, ...]
+    order = [1, *(3 + 2 * a for a in range(rank)), 0, *(2 + 2 * a for a in range(rank))]
+    phases = taps.transpose(order).reshape(channels_out * int(np.prod(strides)), channels_in, *m)
+    conv = conv_op(data, relax.const(np.ascontiguousarray(phases)),
+                   padding=[*(mi - 1 for mi in m), *(r - n for r, n in zip(rows, size))], out_dtype=str(call.ty.dtype))
+    tiles = relax.op.reshape(conv, [batch, channels_out, *strides, *rows])
+    placed = relax.op.permute_dims(tiles, [0, 1, *(i for a in range(rank) for i in (2 + rank + a, 2 + a))])  # [n, o, q, r, q', r']
+    placed = relax.op.reshape(placed, [batch, channels_out, *(r * s for r, s in zip(rows, strides))])
+    if before == [0] * rank and out_size == [r * s for r, s in zip(rows, strides)]:
         return placed
-    return relax.op.strided_slice(placed, axes=[2, 3], begin=[top, left], end=[top + out_height, left + out_width])
+    return relax.op.strided_slice(placed, axes=list(range(2, 2 + rank)), begin=before,
+                                  end=[b + o for b, o in zip(before, out_size)])
