@@ -1,6 +1,6 @@
 """Direct NCHW{c}c convolution (`tvm_fuse.compute.conv_nchwc`), the shape of NeoCPU's kernel:
-a row tile of `width_tile` output pixels x one channel block (a vector register each) is
-accumulated in registers over every input channel and kernel tap, each step one broadcast
+a tile of `width_tile` output pixels (in `height_tile` rows) x `channel_tile` channel blocks (a
+vector register each) is accumulated in registers over every input channel and kernel tap, each step one broadcast
 input scalar times one weight vector (an FMA); output rows of each channel block run in
 parallel; the fused epilogue is applied to the tile before it is stored."""
 
@@ -29,6 +29,7 @@ class ConvNCHWcKnobs:
     width_tile: int  # output pixels of a row accumulated together
     channel_tile: int = 1  # output channel blocks accumulated together: tile = width x channel registers
     unroll_kernel_width: bool = False  # unroll the kernel-width taps too
+    height_tile: int = 1  # output rows accumulated together: tile = height x width x channel registers
 
 
 def default_register_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, int]:
@@ -53,7 +54,16 @@ def register_tiles(sch: s_tir.Schedule, block, lanes: int) -> list[tuple[int, in
 
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
-    return ConvNCHWcKnobs(*default_register_tile(sch, block, lanes))
+    width_tile, channel_tile = default_register_tile(sch, block, lanes)
+    if width_tile * channel_tile >= 8:
+        return ConvNCHWcKnobs(width_tile, channel_tile)
+    # A narrow map (a column, a 3x3 or 1x1 map) leaves too few accumulators in a row to hide
+    # the FMAs' latency: the tile takes several rows.
+    loops = sch.get_loops(block)
+    chunks, height = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 2))
+    channel_tile = divisor(chunks, (4, 2, 1))
+    budget = accumulator_budget(lanes, 28) // (width_tile * channel_tile)
+    return ConvNCHWcKnobs(width_tile, channel_tile, height_tile=divisor(height, range(min(budget, 14), 0, -1)))
 
 
 @dataclass(frozen=True)
@@ -72,9 +82,12 @@ def default_depthwise_knobs(sch: s_tir.Schedule, block, lanes: int) -> Depthwise
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
     """Every register tile (`register_tiles`), with and without the kernel width unrolled."""
-    kernel_w = sch.get(sch.get_loops(block)[7]).extent
+    loops = sch.get_loops(block)
+    kernel_w, height = sch.get(loops[7]).extent, sch.get(loops[2]).extent
     unrolls = (False, True) if static_extent(kernel_w) > 1 else (False,)
-    return [ConvNCHWcKnobs(w, c, u) for w, c in register_tiles(sch, block, lanes) for u in unrolls]
+    budget = accumulator_budget(lanes, 28)
+    return [ConvNCHWcKnobs(w, c, u, h) for w, c in register_tiles(sch, block, lanes) for u in unrolls
+            for h in divisors(height, budget // (w * c))]
 
 
 def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:
@@ -90,12 +103,13 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
         sch.parallel(sch.fuse(*(sch.get_loops(pad) if split_channels else rows_outermost(sch, pad))[:2]))
     n, chunk, y, x, lane, ic, ky, kx, ib = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
+    y_out, y_in = sch.split(y, [None, knobs.height_tile])
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
-    # Each broadcast input feeds channel_tile FMAs, each weight vector width_tile FMAs.
-    tasks = [n, chunk_out, y] if split_channels else [n, y, chunk_out]
-    sch.reorder(*tasks, x_out, ic, ky, kx, ib, x_in, chunk_in, lane)
+    # Each broadcast input feeds channel_tile FMAs, each weight vector height x width_tile FMAs.
+    tasks = [n, chunk_out, y_out] if split_channels else [n, y_out, chunk_out]
+    sch.reorder(*tasks, x_out, ic, ky, kx, ib, y_in, x_in, chunk_in, lane)
     sch.parallel(sch.fuse(*tasks))
-    unrolled = [chunk_in, x_in] + ([kx] if knobs.unroll_kernel_width else [])
+    unrolled = [chunk_in, x_in, y_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)
 

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
-from tests.conftest import AVX512_TARGET
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
 from tvm_fuse.peak import innermost_loops
 
 
@@ -24,6 +24,14 @@ def _model(kind: str):
         weight = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w")
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])]
         x, y = [1, 16, 32, 32], [1, 32, 32, 32]
+    elif kind == "conv1d_long_row":  # an EEG net's dilated conv1d, its row no multiple of a vector
+        weight = numpy_helper.from_array(rng.standard_normal((32, 32, 3)).astype(np.float32), "w")
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", dilations=[2])]
+        x, y = [1, 32, 154], [1, 32, 150]
+    elif kind == "conv_column":  # magika's conv over a 1-wide column (NHWC, from TensorFlow)
+        weight = numpy_helper.from_array(rng.standard_normal((64, 32, 5, 1)).astype(np.float32), "w")
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv")]
+        x, y = [1, 32, 100, 1], [1, 64, 96, 1]
     elif kind.startswith("token_dense"):  # MiniLM's attention output projection: 128 tokens x 384
         weight = numpy_helper.from_array(rng.standard_normal((384, 384)).astype(np.float32), "w")
         nodes = [helper.make_node("MatMul", ["x", "w"], ["c"], name="dense")]
@@ -87,3 +95,25 @@ def test_a_token_dense_layer_prefetches_the_next_strip_one_line_a_step(kind, pre
     text = tvm_fuse.build(_model(kind), AVX512_TARGET).assembly()
     loop = max(innermost_loops(text), key=lambda lines: sum("vfmadd" in line for line in lines))
     assert sum(line.startswith("prefetcht1") for line in loop) == prefetches, loop
+
+
+@pytest.mark.parametrize("kind, accumulators", [("conv1d_long_row", 16), ("conv_column", 24)])
+def test_narrow_or_ragged_conv_rows_keep_a_full_register_tile(kind, accumulators):
+    # A row of 150 is computed to 160 (whole vectors) and cropped, so its tile is 8 channels x
+    # 2 vectors instead of 4 channels x 4 lanes of an xmm; a 1-wide column's tile takes 6 of its
+    # rows. Either way the hot loop's FMAs add into that many zmm registers, none spilled.
+    text = tvm_fuse.build(_model(kind), AVX512_TARGET).assembly()
+    loop = max(innermost_loops(text), key=lambda lines: sum("vfmadd" in line for line in lines))
+    fmas = [line for line in loop if line.startswith("vfmadd")]
+    assert all("zmm" in fma for fma in fmas), loop
+    assert len({fma.split(",")[-1].strip() for fma in fmas}) == accumulators, loop  # taps may be unrolled
+    assert not any("(%rsp)" in line for line in loop), loop
+
+
+@pytest.mark.avx512
+@pytest.mark.parametrize("kind", ["conv1d_long_row", "conv_column"])
+def test_narrow_or_ragged_conv_rows_match_onnxruntime(kind):
+    model = _model(kind)
+    x = {"x": np.random.default_rng(1).standard_normal(
+        [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, AVX512_TARGET).run(None, x), ort_outputs(model, x))
