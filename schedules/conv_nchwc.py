@@ -1,8 +1,9 @@
 """Direct NCHW{c}c convolution (`tvm_fuse.compute.conv_nchwc`), the shape of NeoCPU's kernel:
-a tile of `width_tile` output pixels (in `height_tile` rows) x `channel_tile` channel blocks (a
-vector register each) is accumulated in registers over every input channel and kernel tap, each step one broadcast
-input scalar times one weight vector (an FMA); output rows of each channel block run in
-parallel; the fused epilogue is applied to the tile before it is stored."""
+a tile of `width_tile` output pixels (in `height_tile` rows of `batch_tile` images) x
+`channel_tile` channel blocks (a vector register each) is accumulated in registers over every
+input channel and kernel tap, each step one broadcast input scalar times one weight vector (an
+FMA); output rows of each channel block run in parallel; the fused epilogue is applied to the
+tile before it is stored."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class ConvNCHWcKnobs:
     width_tile: int  # output pixels of a row accumulated together
     channel_tile: int = 1  # output channel blocks accumulated together: tile = width x channel registers
     unroll_kernel_width: bool = False  # unroll the kernel-width taps too
-    height_tile: int = 1  # output rows accumulated together: tile = height x width x channel registers
+    height_tile: int = 1  # output rows accumulated together
+    batch_tile: int = 1  # images accumulated together: tile = batch x height x width x channel registers
 
 
 def default_register_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, int]:
@@ -57,13 +59,15 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcKnobs:
     width_tile, channel_tile = default_register_tile(sch, block, lanes)
     if width_tile * channel_tile >= 8:
         return ConvNCHWcKnobs(width_tile, channel_tile)
-    # A narrow map (a column, a 3x3 or 1x1 map) leaves too few accumulators in a row to hide
-    # the FMAs' latency: the tile takes several rows.
-    loops = sch.get_loops(block)
-    chunks, height = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 2))
+    # A narrow map (a column, a 3x3 or 1x1 map, a row of prime width) leaves too few
+    # accumulators in a row to hide the FMAs' latency: the tile takes several rows, then
+    # several images of the batch.
+    batch, chunks, height = (sch.get(loop).extent for loop in sch.get_loops(block)[:3])
     channel_tile = divisor(chunks, (4, 2, 1))
     budget = accumulator_budget(lanes, 28) // (width_tile * channel_tile)
-    return ConvNCHWcKnobs(width_tile, channel_tile, height_tile=divisor(height, range(min(budget, 14), 0, -1)))
+    height_tile = divisor(height, range(min(budget, 14), 0, -1))
+    batch_tile = divisor(batch, range(min(budget // height_tile, 14), 0, -1))
+    return ConvNCHWcKnobs(width_tile, channel_tile, height_tile=height_tile, batch_tile=batch_tile)
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,11 @@ def default_depthwise_knobs(sch: s_tir.Schedule, block, lanes: int) -> Depthwise
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcKnobs]:
     """Every register tile (`register_tiles`), with and without the kernel width unrolled."""
     loops = sch.get_loops(block)
-    kernel_w, height = sch.get(loops[7]).extent, sch.get(loops[2]).extent
+    batch, height, kernel_w = (sch.get(loops[axis]).extent for axis in (0, 2, 7))
     unrolls = (False, True) if static_extent(kernel_w) > 1 else (False,)
     budget = accumulator_budget(lanes, 28)
-    return [ConvNCHWcKnobs(w, c, u, h) for w, c in register_tiles(sch, block, lanes) for u in unrolls
-            for h in divisors(height, budget // (w * c))]
+    return [ConvNCHWcKnobs(w, c, u, h, b) for w, c in register_tiles(sch, block, lanes) for u in unrolls
+            for h in divisors(height, budget // (w * c)) for b in divisors(batch, budget // (w * c * h))]
 
 
 def depthwise_knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DepthwiseNCHWcKnobs]:
@@ -103,13 +107,14 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
         sch.parallel(sch.fuse(*(sch.get_loops(pad) if split_channels else rows_outermost(sch, pad))[:2]))
     n, chunk, y, x, lane, ic, ky, kx, ib = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
+    n_out, n_in = sch.split(n, [None, knobs.batch_tile])
     y_out, y_in = sch.split(y, [None, knobs.height_tile])
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
-    # Each broadcast input feeds channel_tile FMAs, each weight vector height x width_tile FMAs.
-    tasks = [n, chunk_out, y_out] if split_channels else [n, y_out, chunk_out]
-    sch.reorder(*tasks, x_out, ic, ky, kx, ib, y_in, x_in, chunk_in, lane)
+    # Each broadcast input feeds channel_tile FMAs, each weight vector batch x height x width_tile FMAs.
+    tasks = [n_out, chunk_out, y_out] if split_channels else [n_out, y_out, chunk_out]
+    sch.reorder(*tasks, x_out, ic, ky, kx, ib, n_in, y_in, x_in, chunk_in, lane)
     sch.parallel(sch.fuse(*tasks))
-    unrolled = [chunk_in, x_in, y_in] + ([kx] if knobs.unroll_kernel_width else [])
+    unrolled = [chunk_in, x_in, y_in, n_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)
 

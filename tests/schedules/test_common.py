@@ -20,7 +20,7 @@ from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.schedules import apply, common
 
 # (threshold, the loop the task index divides first: rows, or output channel blocks)
-SPLITS = [(1 << 40, r"v_y = T.axis.spatial\(8, \w+_fused // 2\)"),
+SPLITS = [(1 << 40, r"v_y = T.axis.spatial\(8, \w+_fused // 2( \+ \w+)?\)"),  # + a row tile's row
           (0, r"v_oc = T.axis.spatial\(4, \w+_fused // 8 \* 2")]  # 2 output blocks per tile
 
 
