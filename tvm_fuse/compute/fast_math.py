@@ -21,7 +21,7 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
              5.0000001201e-1)
 
 
-def _exp_f32(x: tirx.PrimExpr, nonpositive: bool, overflow_to_inf: bool) -> tirx.PrimExpr:
+def exp_f32(x: tirx.PrimExpr, nonpositive: bool = False, overflow_to_inf: bool = False) -> tirx.PrimExpr:
     """exp(x) = 2^n * exp(f), f = x - n ln2, |f| <= ln2 / 2. 2^n is built in the exponent bits,
     for n > 0 as 2^(n-1) * 2, so that n = 128 (x just under float32's overflow) stays finite:
     TVM's `fast_exp` builds 2^128 there and returns inf for x in [88.38, 88.72]. Outside the
@@ -55,11 +55,11 @@ def _exp_f32(x: tirx.PrimExpr, nonpositive: bool, overflow_to_inf: bool) -> tirx
 
 def exp(x: te.Tensor, nonpositive: bool = False, overflow_to_inf: bool = False) -> te.Tensor:
     """exp, vectorizable in float32 (within 2 ulp over float32's whole range); exact otherwise.
-    Cheaper forms (`_exp_f32`): `nonpositive` where every x <= 0 (NaN gives 0 then);
+    Cheaper forms (`exp_f32`): `nonpositive` where every x <= 0 (NaN gives 0 then);
     `overflow_to_inf` where inf from 88.38 on serves as well."""
     if str(x.dtype) != "float32":
         return topi.exp(x)
-    return te.compute(x.shape, lambda *i: _exp_f32(x(*i), nonpositive, overflow_to_inf), name="exp", tag="elemwise")
+    return te.compute(x.shape, lambda *i: exp_f32(x(*i), nonpositive, overflow_to_inf), name="exp", tag="elemwise")
 
 
 def sigmoid(x: te.Tensor) -> te.Tensor:

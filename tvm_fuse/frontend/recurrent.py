@@ -31,10 +31,6 @@ ACTIVATIONS = {
 # Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
 # direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
 SEQUENCE_KERNEL_MAX_STEP = 131_072
-# Steps up to which it does: the kernel is unrolled over time, and its build time grows with
-# the square of its steps (per direction, scheduling and LLVM: 25 steps 0.8 + 1.4 s, 64
-# steps 8 + 9 s; Zen 4).
-SEQUENCE_KERNEL_MAX_STEPS = 32
 
 
 def _text(value) -> str:
@@ -157,9 +153,12 @@ def lstm(bb, inputs, attrs, opset):
         xw = rnn.input_products(d, recurrent_bias=True)  # both biases added once, not each step
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
         if _one_kernel(rnn, (f, g, h_act), peepholes):
-            kernel = rnn.emit(bb.call_te(lstm_sequence, xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d),
-                                         rnn.reverse[d], primfunc_name_hint="lstm",
-                                         primfunc_attrs={KERNEL_ATTR: "lstm", "op_pattern": 8}))
+            batch = int(rnn.batch)
+            func = lstm_sequence(rnn.seq, batch, rnn.hidden, rnn.reverse[d])
+            state = relax.TensorType([batch, rnn.hidden], "float32")
+            kernel = rnn.emit(relax.call_tir(bb.add_func(func.with_attrs({KERNEL_ATTR: "lstm", "op_pattern": 8}), "lstm"),
+                                             [xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d)],
+                                             [relax.TensorType([rnn.seq, batch, rnn.hidden], "float32"), state, state]))
             y, h, c = (rnn.emit(relax.TupleGetItem(kernel, i)) for i in range(3))
             sequences.append(y)
             finals.append((h, c))
@@ -186,11 +185,10 @@ def lstm(bb, inputs, attrs, opset):
 
 def _one_kernel(rnn: _Recurrence, activations, peepholes) -> bool:
     """Whether an LSTM direction runs as `compute.recurrent.lstm_sequence`: ONNX's default
-    activations, no peepholes or clip, fp32, a static batch, and several steps, but not too
-    many, each small enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense
-    kernel reads R packed.)"""
+    activations, no peepholes or clip, fp32, a static batch, and several steps, each small
+    enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
     default = [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]]
-    return (1 < rnn.seq <= SEQUENCE_KERNEL_MAX_STEPS and list(activations) == default
+    return (1 < rnn.seq and list(activations) == default
             and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
             and isinstance(rnn.batch, tvm.tirx.IntImm)
             and int(rnn.batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
