@@ -92,6 +92,34 @@ def test_bad_feeds_raise_input_error_naming_the_input(dynamic, feed, output_name
         dynamic.run(output_names, feed)
 
 
+@pytest.fixture(scope="module")
+def static():
+    """The tiny model at batch 2: its run takes feeds that match exactly without the full check."""
+    return tvm_fuse.build(tiny_model(), AVX512_TARGET, input_shapes={"x": (2, 4)})
+
+
+@pytest.mark.parametrize(
+    "feed, message",
+    [
+        ({"x": _x(), "z": _x()}, "unknown input\\(s\\) \\['z'\\]"),
+        ({"z": _x()}, "missing input\\(s\\) \\['x'\\]"),
+        ({"x": _x(dtype=np.float64)}, "dtype float64, but the model expects float32"),
+        ({"x": _x(3)}, "axis 0 must be 2"),
+        ({"x": _x(2)[None]}, "rank 3"),
+    ],
+)
+def test_a_static_build_checks_every_feed_that_does_not_match_exactly(static, feed, message):
+    with pytest.raises(InputError, match=message):
+        static.run(None, feed)
+
+
+def test_a_static_build_takes_any_feed_that_converts(static):
+    x = _x(2)
+    expected = np.maximum(x @ (np.arange(16, dtype=np.float32).reshape(4, 4) / 16), 0)
+    for value in (x, x.tolist(), np.asfortranarray(x), np.ma.masked_array(x), x.astype(np.float32, order="F")):
+        np.testing.assert_allclose(static.run(None, {"x": value})[0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_lists_and_non_contiguous_arrays_are_accepted(dynamic):
     x = _x(4)
     expected = dynamic.run(None, {"x": x})[0]

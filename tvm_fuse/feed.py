@@ -79,6 +79,29 @@ def check_feed(inputs: list[TensorInfo], feed) -> list[np.ndarray]:
     return arrays
 
 
+def static_signature(inputs: list[TensorInfo]) -> tuple | None:
+    """(name, dtype, shape) of each input, where every shape is static and no input indexes a
+    table: what `exact_arrays` matches a feed against. None where `check_feed` must look."""
+    if any(info.index_limit is not None or not all(isinstance(d, int) for d in info.shape) for info in inputs):
+        return None
+    return tuple((info.name, np.dtype(info.dtype), tuple(info.shape)) for info in inputs)
+
+
+def exact_arrays(signature: tuple | None, feed) -> list[np.ndarray] | None:
+    """The arrays of `feed` in order, where each is already a C-contiguous array of its input's
+    dtype and static shape and the feed names no other input: what `check_feed` would return,
+    at a fraction of its cost (a small model's run is a few microseconds). None otherwise."""
+    if signature is None or type(feed) is not dict or len(feed) != len(signature):
+        return None
+    arrays = []
+    for name, dtype, shape in signature:
+        value = feed.get(name)
+        if type(value) is not np.ndarray or value.dtype != dtype or value.shape != shape or not value.flags.c_contiguous:
+            return None
+        arrays.append(value)
+    return arrays
+
+
 def output_indices(outputs: list[TensorInfo], output_names) -> list[int]:
     """Positions of `output_names` (None: all) among `outputs`."""
     if output_names is None:
