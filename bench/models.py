@@ -17,8 +17,8 @@ and in OpenVINO (NNCF's post-training quantization), all calibrated on the same 
 one run alternates all six runtimes, and the int8 table adds the top-1 agreement of tvm_fuse's
 and ONNX Runtime's int8 models with their fp32 ones.
 
-`--models yolov8_detector mobilenet_v3 unet crnn` times the small models of
-`tvm_fuse/models/zoo.py` (seeded weights, 64x64 images) the same way.
+`--models yolov8_detector mobilenet_v3 unet crnn face_pnet face_rnet face_onet` times the small
+models of `tvm_fuse/models/zoo.py` (seeded weights, 64x64 images) the same way.
 
 The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
 that sequence length, exported with the test extra's torch) also time tvm_fuse's and ONNX
@@ -78,9 +78,11 @@ MODELS = [*CNNS, "transformer_encoder", *REAL_MODELS]
 # The real all-MiniLM-L6-v2 at a sequence length; not in the default list: its export needs the
 # test extra's torch and weights.
 MINILM = {f"minilm_s{seq}": seq for seq in (16, 128, 384)}
-# The small architectures of tvm_fuse/models/zoo.py (seeded weights, 64x64 inputs); not in the
-# default list: the tests' stand-ins for what users bring, timed on request.
-ZOO = ("yolov8_detector", "mobilenet_v3", "unet", "crnn")
+# The small architectures of tvm_fuse/models/zoo.py (seeded weights, 64x64 inputs; the face
+# cascade's nets at the sizes its detector runs them: one 240x320 image, 24x24 and 48x48 crops);
+# not in the default list: the tests' stand-ins for what users bring, timed on request.
+ZOO = {name: getattr(zoo, name) for name in ("yolov8_detector", "mobilenet_v3", "unet", "crnn")}
+ZOO.update({f"face_{net}": functools.partial(zoo.face_cascade, net) for net in ("pnet", "rnet", "onet")})
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
 
 
@@ -131,7 +133,7 @@ def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]
     if name in MINILM:
         return minilm_and_feed(MINILM[name], batch)
     if name in ZOO:
-        return getattr(zoo, name)(batch=batch), None
+        return ZOO[name](batch=batch), None
     if name in corpus():  # at the batch its package feeds
         return load_model(corpus_path(name)), corpus_feed(name)
     if name not in REAL_MODELS:

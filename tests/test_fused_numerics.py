@@ -315,7 +315,7 @@ def _conv_out_shape(case) -> tuple:
 @settings(max_examples=12, deadline=None)
 @given(case=conv_cases(), seed=st.integers(0, 2**16))
 # Found by this test: a leaky ReLU before the residual sum left the sum unfused (TVM's layout
-# conversion has no rule for it; see transform.leaky_relu_to_max).
+# conversion has no rule for it; see transform.slopes_to_max).
 @example(case={"kind": "conv2d", "in_channels": 3, "out_channels": 16, "groups": 1, "kernel": (1, 1),
                "strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], "shape": (1, 3, 5, 5),
                "act": "leaky_relu", "residual": True, "dynamic_batch": False}, seed=0)

@@ -24,7 +24,7 @@ from .transform.blocked_layout import BlockedLayout
 from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.concat_in_place import ConcatInPlace
-from .transform.leaky_relu_to_max import LeakyReluToMax
+from .transform.slopes_to_max import SlopesToMax
 from .transform.conv1d_as_dense import Conv1dAsDense
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
@@ -59,7 +59,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, a conv's zero Pad
     as its own padding, Gemm / MatMul + Add as dense + bias, a transposed conv whose kernel is
     its stride as a 1x1 conv, batch-norm folded into the layer before it (unless `conv_bn` /
-    `fc_bn` are off), clip as maximum / minimum, leaky ReLU as a maximum and constants at their
+    `fc_bn` are off), clip as maximum / minimum, leaky ReLU and PRelu as a maximum and constants at their
     tensor's rank (all so layout conversion can follow), a 1-D conv with an output row shorter
     than a vector (or strided or grouped over enough channels) as a dense layer over its input
     windows, a transpose undone after elementwise ops gone, a layer norm written out op by op
@@ -75,7 +75,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         ConvTransposeAsConv(),
         FoldBatchNorm(fold_into),
         ClipToMinMax(),
-        LeakyReluToMax(),
+        SlopesToMax(),
         AlignConstantRanks(),
         Conv1dAsDense(vector_lanes(target)),
         CancelTransposes(),

@@ -67,6 +67,7 @@ def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, 
     ("GRU", {"linear_before_reset": 1, "direction": "bidirectional"}),
     ("GRU", {"direction": "bidirectional", "layout": 1}),
     ("GRU", {"states": False, "bias": False, "direction": "reverse"}),
+    ("GRU", {"clip": 1.5, "linear_before_reset": 1}),  # a dense layer per step, not the kernel
 ], ids=str)
 def test_matches_the_reference(op, options):
     model, feed = _recurrent_model(op, **options)
@@ -90,17 +91,19 @@ def test_a_step_reads_its_gates_in_place(op):
     assert "split" not in tvm_fuse.build(model, "native").assembly()
 
 
+@pytest.mark.parametrize("op, linear_before_reset", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
 @pytest.mark.parametrize("hidden, batch, seq, kernels", [(24, 3, SEQ, 2), (5, 1, SEQ, 2), (256, 1, SEQ, 0),
                                                         (8, 1, 40, 2), (100, 1, 600, 2)])
-def test_a_small_lstm_runs_each_direction_as_one_kernel(hidden, batch, seq, kernels):
+def test_a_small_recurrence_runs_each_direction_as_one_kernel(op, linear_before_reset, hidden, batch, seq, kernels):
     """A direction with the default activations whose steps are small runs as one kernel over
     the whole sequence, however long (a loop over time: an EEG model's 600 steps of 100; gate
-    columns a vector, a half or a quarter of one wide); a large one keeps a dense layer per
-    step. All match ONNX Runtime."""
-    # Weights of a trained LSTM's scale: with the others' 0.5 a 100-wide state is chaotic, and
+    columns a vector, a half or a quarter of one wide, batch rows in pairs or alone); a large
+    one keeps a dense layer per step. All match ONNX Runtime."""
+    # Weights of a trained model's scale: with the others' 0.5 a 100-wide state is chaotic, and
     # 600 steps amplify any rounding difference from ONNX Runtime's.
-    model, feed = _recurrent_model("LSTM", direction="bidirectional", hidden=hidden, batch=batch, seq=seq,
-                                   scale=min(0.5, 1 / hidden ** 0.5))
+    model, feed = _recurrent_model(op, direction="bidirectional", hidden=hidden, batch=batch, seq=seq,
+                                   scale=min(0.5, 1 / hidden ** 0.5), linear_before_reset=linear_before_reset)
     compiled = tvm_fuse.build(model, "native")
     assert_close(compiled.run(None, feed), ort_outputs(model, feed))
-    assert len(re.findall(r"^__tvm_ffi_lstm\d*:", compiled.assembly(), re.MULTILINE)) == kernels
+    name = op.lower()
+    assert len(re.findall(rf"^__tvm_ffi_{name}\d*:", compiled.assembly(), re.MULTILINE)) == kernels

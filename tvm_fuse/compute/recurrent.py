@@ -1,9 +1,10 @@
-"""An LSTM direction's whole recurrence as one kernel: a loop over time whose every step takes
-the hidden state's product with R (a register tile of gate columns at a time), then the gates'
-activations and the new cell and hidden states. Written as TIR, not te: a te compute cannot
-read its own previous step, so each step would be stages of its own, unrolled, whose build
-time grows with the square of the steps. As Relax ops, each step was three kernels (dense, c,
-h) and their VM calls and allocations, which took most of a small LSTM's time."""
+"""An LSTM or GRU direction's whole recurrence as one kernel: a loop over time whose every step
+takes the hidden state's product with R (a register tile of gate columns at a time), then the
+gates' activations and the new states. Written as TIR, not te: a te compute cannot read its
+own previous step, so each step would be stages of its own, unrolled, whose build time grows
+with the square of the steps. As Relax ops, each step was three or four kernels and their VM
+calls and allocations, which took most of a small recurrence's time. One thread: a step is a
+few thousand multiply-adds, and on two threads each would wait for a join."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tvm.script import tirx as T
 
 from .fast_math import exp_f32
 
-LANES = 16  # the gate columns' vector (LLVM splits it on a narrower ISA)
+LANES = 16  # the widest fp32 vector (LLVM splits it on a narrower ISA)
 COLUMN_VECTORS = 5  # vectors of gate columns accumulated in registers together, at most
 MAX_ROWS = 2  # batch rows accumulated together, at most (4 spilled: 1.7x slower)
 
@@ -25,18 +26,52 @@ def _tanh(x):
     return T.float32(2.0) * _sigmoid(x + x) - T.float32(1.0)
 
 
+def _vector(extent: int) -> int:
+    return next(v for v in (LANES, 8, 4, 2, 1) if extent % v == 0)
+
+
+def _rows(batch: int) -> int:
+    """Batch rows sharing each load of R."""
+    return next(r for r in range(MAX_ROWS, 0, -1) if batch % r == 0)
+
+
+def _product(rows: int, hidden: int, columns: int):
+    """(a macro, its tile's columns): `product(state, row, begin, recurrent, gates, sums)` sets
+    gates[r, begin + c] = sum_k state[row + r, k] * recurrent[k, begin + c] for the `rows` rows
+    and `columns` columns from `begin`, a tile of vectors at a time accumulated in `sums`."""
+    vector = _vector(columns)
+    tile = next(t for t in range(COLUMN_VECTORS, 0, -1) if (columns // vector) % t == 0)
+    span = vector * tile
+
+    @T.macro
+    def product(state, row, begin, recurrent, gates, sums):
+        for block in range(columns // span):
+            for r in T.unroll(rows):
+                for v in T.unroll(tile):
+                    for lane in T.vectorized(vector):
+                        sums[r, v * vector + lane] = T.float32(0.0)
+            for k in range(hidden):
+                for r in T.unroll(rows):
+                    for v in T.unroll(tile):
+                        for lane in T.vectorized(vector):
+                            sums[r, v * vector + lane] = (
+                                sums[r, v * vector + lane]
+                                + state[row + r, k] * recurrent[k, begin + block * span + v * vector + lane])
+            for r in T.unroll(rows):
+                for v in T.unroll(tile):
+                    for lane in T.vectorized(vector):
+                        gates[r, begin + block * span + v * vector + lane] = sums[r, v * vector + lane]
+
+    return product, span
+
+
 def lstm_sequence(seq: int, batch: int, hidden: int, reverse: bool) -> tvm.tirx.PrimFunc:
     """ONNX LSTM's default activations (gates i, o, f, c; sigmoid, tanh, tanh) over a sequence:
     (products [seq, batch, 4 * hidden] (x @ W^T and both biases), recurrent [hidden, 4 * hidden]
     (R^T), h0, c0 [batch, hidden]) -> (Y [seq, batch, hidden] in time order, the last h, the
-    last c). `reverse` runs from the last step to the first. One thread: a step is a few
-    thousand multiply-adds, and on two threads each would wait for a join."""
-    width = 4 * hidden
-    vector = next(v for v in (LANES, 8, 4, 2, 1) if width % v == 0)
-    rows = next(r for r in range(MAX_ROWS, 0, -1) if batch % r == 0)  # batch rows sharing each load of R
-    tile = next(t for t in range(COLUMN_VECTORS, 0, -1) if (width // vector) % t == 0)
-    span = vector * tile
-    state_vector = next(v for v in (LANES, 8, 4, 2, 1) if hidden % v == 0)
+    last c). `reverse` runs from the last step to the first."""
+    width, rows, lanes = 4 * hidden, _rows(batch), _vector(hidden)
+    product, span = _product(rows, hidden, width)
 
     @T.prim_func(private=True, s_tir=True)
     def lstm(products: T.Buffer((seq, batch, width), "float32"), recurrent: T.Buffer((hidden, width), "float32"),
@@ -50,37 +85,88 @@ def lstm_sequence(seq: int, batch: int, hidden: int, reverse: bool) -> tvm.tirx.
             for b, j in T.grid(batch, hidden):
                 h[b, j] = h0[b, j]
                 c[b, j] = c0[b, j]
-            for step in range(seq):
-                for first in range(batch // rows):
-                    for block in range(width // span):
-                        for r in T.unroll(rows):
-                            for v in T.unroll(tile):
-                                for lane in T.vectorized(vector):
-                                    sums[r, v * vector + lane] = products[(seq - 1 - step) if reverse else step,
-                                                                          first * rows + r, block * span + v * vector + lane]
-                        for k in range(hidden):
-                            for r in T.unroll(rows):
-                                for v in T.unroll(tile):
-                                    for lane in T.vectorized(vector):
-                                        sums[r, v * vector + lane] = (
-                                            sums[r, v * vector + lane]
-                                            + h[first * rows + r, k] * recurrent[k, block * span + v * vector + lane])
-                        for r in T.unroll(rows):
-                            for v in T.unroll(tile):
-                                for lane in T.vectorized(vector):
-                                    gates[r, block * span + v * vector + lane] = sums[r, v * vector + lane]
-                    for r, column in T.grid(rows, hidden // state_vector):
-                        for lane in T.vectorized(state_vector):
-                            c[first * rows + r, column * state_vector + lane] = (
-                                _sigmoid(gates[r, 2 * hidden + column * state_vector + lane])
-                                * c[first * rows + r, column * state_vector + lane]
-                                + _sigmoid(gates[r, column * state_vector + lane])
-                                * _tanh(gates[r, 3 * hidden + column * state_vector + lane]))
-                        for lane in T.vectorized(state_vector):
-                            h[first * rows + r, column * state_vector + lane] = (
-                                _sigmoid(gates[r, hidden + column * state_vector + lane])
-                                * _tanh(c[first * rows + r, column * state_vector + lane]))
-                            y[(seq - 1 - step) if reverse else step, first * rows + r, column * state_vector + lane] = (
-                                h[first * rows + r, column * state_vector + lane])
+            for step, first in T.grid(seq, batch // rows):
+                product(h, first * rows, 0, recurrent, gates, sums)
+                for r, column in T.grid(rows, hidden // lanes):
+                    # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
+                    for lane in T.vectorized(lanes):
+                        c[first * rows + r, column * lanes + lane] = (
+                            _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
+                                     + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                                2 * hidden + column * lanes + lane])
+                            * c[first * rows + r, column * lanes + lane]
+                            + _sigmoid(gates[r, column * lanes + lane]
+                                       + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                                  column * lanes + lane])
+                            * _tanh(gates[r, 3 * hidden + column * lanes + lane]
+                                    + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                               3 * hidden + column * lanes + lane]))
+                    for lane in T.vectorized(lanes):
+                        h[first * rows + r, column * lanes + lane] = (
+                            _sigmoid(gates[r, hidden + column * lanes + lane]
+                                     + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                                hidden + column * lanes + lane])
+                            * _tanh(c[first * rows + r, column * lanes + lane]))
+                        y[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane] = (
+                            h[first * rows + r, column * lanes + lane])
 
     return lstm
+
+
+def gru_sequence(seq: int, batch: int, hidden: int, reverse: bool, linear_before_reset: bool) -> tvm.tirx.PrimFunc:
+    """ONNX GRU's default activations (gates z, r, h; sigmoid, tanh) over a sequence: (products
+    [seq, batch, 3 * hidden] (x @ W^T and W's bias), recurrent [hidden, 3 * hidden] (R^T),
+    recurrent_bias [3 * hidden], h0 [batch, hidden]) -> (Y [seq, batch, hidden] in time order,
+    the last h). `reverse` runs from the last step to the first; `linear_before_reset`: the
+    reset gate scales the candidate's recurrent product (else the state before the product)."""
+    width, rows, lanes = 3 * hidden, _rows(batch), _vector(hidden)
+    if linear_before_reset:
+        product, span = _product(rows, hidden, width)
+    else:
+        product, span = _product(rows, hidden, 2 * hidden)
+        candidate_product, candidate_span = _product(rows, hidden, hidden)
+        span = max(span, candidate_span)
+
+    @T.prim_func(private=True, s_tir=True)
+    def gru(products: T.Buffer((seq, batch, width), "float32"), recurrent: T.Buffer((hidden, width), "float32"),
+            recurrent_bias: T.Buffer((width,), "float32"), h0: T.Buffer((batch, hidden), "float32"),
+            y: T.Buffer((seq, batch, hidden), "float32"), h: T.Buffer((batch, hidden), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
+            gates = T.sblock_alloc_buffer((rows, width), "float32")
+            sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
+            reset = T.sblock_alloc_buffer((rows, hidden), "float32")  # r * h, without linear_before_reset
+            candidate = T.sblock_alloc_buffer((rows, hidden), "float32")
+            for b, j in T.grid(batch, hidden):
+                h[b, j] = h0[b, j]
+            for step, first in T.grid(seq, batch // rows):
+                product(h, first * rows, 0, recurrent, gates, sums)
+                if not linear_before_reset:
+                    for r, column in T.grid(rows, hidden // lanes):
+                        for lane in T.vectorized(lanes):
+                            reset[r, column * lanes + lane] = _sigmoid(
+                                gates[r, hidden + column * lanes + lane] + recurrent_bias[hidden + column * lanes + lane]
+                                + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                           hidden + column * lanes + lane]) * h[first * rows + r, column * lanes + lane]
+                    candidate_product(reset, 0, 2 * hidden, recurrent, gates, sums)
+                for r, column in T.grid(rows, hidden // lanes):
+                    for lane in T.vectorized(lanes):
+                        candidate[r, column * lanes + lane] = _tanh(
+                            products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                     2 * hidden + column * lanes + lane]
+                            + (_sigmoid(gates[r, hidden + column * lanes + lane]
+                                        + recurrent_bias[hidden + column * lanes + lane]
+                                        + products[(seq - 1 - step) if reverse else step, first * rows + r,
+                                                   hidden + column * lanes + lane])
+                               if linear_before_reset else T.float32(1.0))
+                            * (gates[r, 2 * hidden + column * lanes + lane]
+                               + recurrent_bias[2 * hidden + column * lanes + lane]))
+                    for lane in T.vectorized(lanes):  # (1 - z) * candidate + z * h
+                        h[first * rows + r, column * lanes + lane] = candidate[r, column * lanes + lane] + _sigmoid(
+                            gates[r, column * lanes + lane] + recurrent_bias[column * lanes + lane]
+                            + products[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane]
+                        ) * (h[first * rows + r, column * lanes + lane] - candidate[r, column * lanes + lane])
+                        y[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane] = (
+                            h[first * rows + r, column * lanes + lane])
+
+    return gru

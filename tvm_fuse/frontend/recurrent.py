@@ -8,8 +8,8 @@ kernels of the step (an LSTM's step: the dense layer, then a kernel for c and on
 The sequence length must be known at build time (`input_shapes`); every direction, initial
 states, biases, LSTM peepholes, `clip`, GRU's `linear_before_reset`, `layout` 0 and 1, and the
 activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal the sequence length.
-A small LSTM direction with the default activations, no peepholes and no clip is instead one
-kernel over the whole sequence (`compute.recurrent`), its steps a few thousand multiply-adds
+A small LSTM or GRU direction with the default activations, no peepholes and no clip is instead
+one kernel over the whole sequence (`compute.recurrent`), its steps a few thousand multiply-adds
 each, which as separate kernels cost more in calls and allocations than in arithmetic.
 """
 
@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..compute.recurrent import lstm_sequence
+from ..compute.recurrent import gru_sequence, lstm_sequence
 from ..transform.lower_matmuls import KERNEL_ATTR
 
 ACTIVATIONS = {
@@ -124,6 +124,15 @@ class _Recurrence:
         order = range(self.seq)
         return reversed(order) if self.reverse[d] else order
 
+    def sequence_kernel(self, func: tvm.tirx.PrimFunc, name: str, args: list, states: int) -> list:
+        """A direction's kernel `func` called on `args`: its Y [seq, batch, hidden] and its
+        `states` final states [batch, hidden]."""
+        batch = int(self.batch)
+        shapes = [[self.seq, batch, self.hidden]] + [[batch, self.hidden]] * states
+        kernel = self.emit(relax.call_tir(self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, "op_pattern": 8}), name),
+                                          args, [relax.TensorType(shape, "float32") for shape in shapes]))
+        return [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
+
     def sequence(self, hs: list):
         """A direction's per-step hidden states in time order as [seq, batch, hidden]."""
         return self.emit(_stacked(hs, 0))
@@ -152,14 +161,10 @@ def lstm(bb, inputs, attrs, opset):
         f, g, h_act = act[3 * d: 3 * d + 3]
         xw = rnn.input_products(d, recurrent_bias=True)  # both biases added once, not each step
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
-        if _one_kernel(rnn, (f, g, h_act), peepholes):
-            batch = int(rnn.batch)
-            func = lstm_sequence(rnn.seq, batch, rnn.hidden, rnn.reverse[d])
-            state = relax.TensorType([batch, rnn.hidden], "float32")
-            kernel = rnn.emit(relax.call_tir(bb.add_func(func.with_attrs({KERNEL_ATTR: "lstm", "op_pattern": 8}), "lstm"),
-                                             [xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d)],
-                                             [relax.TensorType([rnn.seq, batch, rnn.hidden], "float32"), state, state]))
-            y, h, c = (rnn.emit(relax.TupleGetItem(kernel, i)) for i in range(3))
+        if _one_kernel(rnn, (f, g, h_act), [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]],
+                       peepholes):
+            func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, rnn.reverse[d])
+            y, h, c = rnn.sequence_kernel(func, "lstm", [xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d)], 2)
             sequences.append(y)
             finals.append((h, c))
             continue
@@ -183,15 +188,14 @@ def lstm(bb, inputs, attrs, opset):
     return rnn.outputs(sequences, finals)
 
 
-def _one_kernel(rnn: _Recurrence, activations, peepholes) -> bool:
-    """Whether an LSTM direction runs as `compute.recurrent.lstm_sequence`: ONNX's default
+def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None) -> bool:
+    """Whether a direction runs as one kernel of `compute.recurrent`: ONNX's `default`
     activations, no peepholes or clip, fp32, a static batch, and several steps, each small
     enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
-    default = [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]]
     return (1 < rnn.seq and list(activations) == default
             and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
             and isinstance(rnn.batch, tvm.tirx.IntImm)
-            and int(rnn.batch) * rnn.hidden * 4 * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
+            and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
 
 
 def gru(bb, inputs, attrs, opset):
@@ -205,12 +209,19 @@ def gru(bb, inputs, attrs, opset):
         f, g = act[2 * d: 2 * d + 2]
         xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))  # [hidden, 3 * hidden]
+        h = rnn.initial(rnn.h0, d)
+        if _one_kernel(rnn, (f, g), [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"]]):
+            func = gru_sequence(rnn.seq, int(rnn.batch), hidden, rnn.reverse[d], bool(linear_before_reset))
+            bias = rb if rb is not None else relax.const(np.zeros(3 * hidden, "float32"))
+            y, h = rnn.sequence_kernel(func, "gru", [xw, rt, bias, h], 1)
+            sequences.append(y)
+            finals.append((h,))
+            continue
         rt_zr = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[0], end=[2 * hidden]))
         rt_h = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[2 * hidden], end=[3 * hidden]))
         rb_zr, rb_h = ((rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[0], end=[2 * hidden])),
                         rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[2 * hidden], end=[3 * hidden])))
                        if rb is not None else (None, None))
-        h = rnn.initial(rnn.h0, d)
         one = relax.const(np.ones((), str(rnn.x.ty.dtype)))
         hs = {}
         for t in rnn.steps(d):

@@ -1,6 +1,7 @@
 """Small models of the architectures users bring that no PyPI wheel ships, written node by
 node as their exporters write them (seeded weights, `built._Graph`): a YOLOv8-style detector,
-a MobileNetV3 with squeeze-excitation, a U-Net, and a CRNN text recognizer. They are small
+a MobileNetV3 with squeeze-excitation, a U-Net, a CRNN text recognizer, and the three nets of
+a face-detection cascade as TensorFlow exports them (channels-last). They are small
 (64x64 images) so that the tests of the real-model issues can build them in seconds; what
 matters is the ops and how they connect.
 """
@@ -208,3 +209,57 @@ def crnn(batch: int | str = "batch", width: int = 100, classes: int = 37, seed: 
     steps = width // 4
     return g.model("crnn", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [batch, 1, 32, width])],
                    [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [steps, batch, classes])])
+
+
+def _conv_prelu(g: _Graph, x: str, c_in: int, c_out: int, kernel: int, name: str) -> str:
+    """A valid (unpadded) conv with a bias, then PRelu with a slope per channel."""
+    fan_in = c_in * kernel * kernel
+    w = g.normal(f"{name}.weight", (c_out, c_in, kernel, kernel), np.sqrt(2.0 / fan_in))
+    y = g.node("Conv", [x, w, g.normal(f"{name}.bias", c_out, 0.1)], name, kernel_shape=[kernel, kernel])
+    slope = g.uniform(f"{name}.slope", (c_out, 1, 1), 0.05, 0.3)
+    return g.node("PRelu", [y, slope], f"{name}.prelu")
+
+
+_CASCADE = {  # per net: input side, [(channels, kernel, pool kernel, pool stride) ...], dense width
+    "pnet": (None, [(10, 3, 2, 2), (16, 3, 0, 0), (32, 3, 0, 0)], None),
+    "rnet": (24, [(28, 3, 3, 2), (48, 3, 3, 2), (64, 2, 0, 0)], 128),
+    "onet": (48, [(32, 3, 3, 2), (64, 3, 3, 2), (64, 3, 2, 2), (128, 2, 0, 0)], 256),
+}
+
+
+def face_cascade(net: str = "rnet", batch: int | str = "batch", height: int = 240, width: int = 320,
+                 seed: int = 0) -> onnx.ModelProto:
+    """One net of an MTCNN-style face detector as TensorFlow exports it: NHWC images, a
+    Transpose to NCHW, valid convs with PRelu and max-pools; "pnet" is fully convolutional
+    (any image: `height` x `width`) with 1x1 conv heads, "rnet" (24x24 crops) and "onet" (48x48)
+    flatten channels-last (a Transpose, then Flatten) into a dense layer with PRelu and dense
+    heads. Outputs "prob" (2-way softmax) and "box" (4 offsets)."""
+    side, convs, dense = _CASCADE[net]
+    g = _Graph(seed)
+    h, w = (height, width) if side is None else (side, side)
+    x = g.node("Transpose", ["image"], "to_nchw", perm=[0, 3, 1, 2])
+    channels = 3
+    for i, (c_out, kernel, pool, stride) in enumerate(convs):
+        x = _conv_prelu(g, x, channels, c_out, kernel, f"conv{i}")
+        h, w, channels = h - kernel + 1, w - kernel + 1, c_out
+        if pool:
+            x = g.node("MaxPool", [x], f"pool{i}", kernel_shape=[pool, pool], strides=[stride, stride],
+                       pads=[0, 0, (-(h - pool)) % stride, (-(w - pool)) % stride])  # TF's SAME-ceil pool
+            h, w = -(-(h - pool) // stride) + 1, -(-(w - pool) // stride) + 1
+    if dense is None:
+        g.node("Softmax", [g.conv(x, channels, 2, 1, "prob.conv")], "prob", axis=1)
+        g.node("Identity", [g.conv(x, channels, 4, 1, "box.conv")], "box")
+        out_shape = [batch, None, None, None]
+    else:
+        flat = g.node("Flatten", [g.node("Transpose", [x], "to_nhwc", perm=[0, 2, 3, 1])], "flatten", axis=1)
+        features = channels * h * w
+        weight = g.normal("fc.weight", (features, dense), np.sqrt(2.0 / features))
+        hidden = g.node("Add", [g.node("MatMul", [flat, weight], "fc.matmul"), g.normal("fc.bias", dense, 0.1)], "fc")
+        hidden = g.node("PRelu", [hidden, g.uniform("fc.slope", dense, 0.05, 0.3)], "fc.prelu")
+        g.node("Softmax", [g.linear(hidden, dense, 2, "prob.fc")], "prob", axis=1)
+        g.node("Identity", [g.linear(hidden, dense, 4, "box.fc")], "box")
+        out_shape = [batch, None]
+    image = [batch, height, width, 3] if side is None else [batch, side, side, 3]
+    return g.model(f"face_cascade_{net}", [helper.make_tensor_value_info("image", TensorProto.FLOAT, image)],
+                   [helper.make_tensor_value_info("prob", TensorProto.FLOAT, out_shape),
+                    helper.make_tensor_value_info("box", TensorProto.FLOAT, out_shape)])

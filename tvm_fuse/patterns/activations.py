@@ -66,7 +66,7 @@ ACTIVATIONS = (
     Activation("relu", lambda x: _op("nn.relu", x)),
     # relu6 and any clip; one-sided ones are a lone maximum or minimum
     Activation("clip", lambda x: _clip(x) | _op("maximum", x, is_const()) | _op("minimum", x, is_const())),
-    # or max(x, alpha * x), the form `LeakyReluToMax` gives it
+    # or max(x, alpha * x), the form `SlopesToMax` gives it (and a PRelu with slopes in [0, 1])
     Activation("leaky_relu", lambda x: _op("nn.leakyrelu", x) | _either("maximum", x, _either("multiply", x, is_const()))),
     Activation("sigmoid", lambda x: _op("sigmoid", x)),
     Activation("tanh", lambda x: _op("tanh", x)),
