@@ -32,6 +32,10 @@ def _model(kind: str):
         weight = numpy_helper.from_array(rng.standard_normal((64, 32, 5, 1)).astype(np.float32), "w")
         nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv")]
         x, y = [1, 32, 100, 1], [1, 64, 96, 1]
+    elif kind == "narrow_dense":  # a tagger's per-token head: 5 classes, fewer than a vector
+        weight = numpy_helper.from_array(rng.standard_normal((200, 5)).astype(np.float32), "w")
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["c"], name="dense")]
+        x, y = [640, 200], [640, 5]
     elif kind.startswith("token_dense"):  # MiniLM's attention output projection: 128 tokens x 384
         weight = numpy_helper.from_array(rng.standard_normal((384, 384)).astype(np.float32), "w")
         nodes = [helper.make_node("MatMul", ["x", "w"], ["c"], name="dense")]
@@ -97,11 +101,12 @@ def test_a_token_dense_layer_prefetches_the_next_strip_one_line_a_step(kind, pre
     assert sum(line.startswith("prefetcht1") for line in loop) == prefetches, loop
 
 
-@pytest.mark.parametrize("kind, accumulators", [("conv1d_long_row", 16), ("conv_column", 24)])
-def test_narrow_or_ragged_conv_rows_keep_a_full_register_tile(kind, accumulators):
+@pytest.mark.parametrize("kind, accumulators", [("conv1d_long_row", 16), ("conv_column", 24), ("narrow_dense", 8)])
+def test_narrow_or_ragged_products_keep_a_full_register_tile(kind, accumulators):
     # A row of 150 is computed to 160 (whole vectors) and cropped, so its tile is 8 channels x
     # 2 vectors instead of 4 channels x 4 lanes of an xmm; a 1-wide column's tile takes 6 of its
-    # rows. Either way the hot loop's FMAs add into that many zmm registers, none spilled.
+    # rows; 5 output columns are computed as a whole vector (the packed weight padded with
+    # zeros) for 8 rows. Each hot loop's FMAs add into that many zmm registers, none spilled.
     text = tvm_fuse.build(_model(kind), AVX512_TARGET).assembly()
     loop = max(innermost_loops(text), key=lambda lines: sum("vfmadd" in line for line in lines))
     fmas = [line for line in loop if line.startswith("vfmadd")]
@@ -111,8 +116,8 @@ def test_narrow_or_ragged_conv_rows_keep_a_full_register_tile(kind, accumulators
 
 
 @pytest.mark.avx512
-@pytest.mark.parametrize("kind", ["conv1d_long_row", "conv_column"])
-def test_narrow_or_ragged_conv_rows_match_onnxruntime(kind):
+@pytest.mark.parametrize("kind", ["conv1d_long_row", "conv_column", "narrow_dense"])
+def test_narrow_or_ragged_products_match_onnxruntime(kind):
     model = _model(kind)
     x = {"x": np.random.default_rng(1).standard_normal(
         [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)}

@@ -1,5 +1,5 @@
 """Matrix products with constant weights: dense `x[..., K] @ W[K, N]` (with W packed in
-blocks of output columns when the vector width divides N) and batched `x[..., M, K] @
+blocks of output columns of the vector's width, the last padded with zeros) and batched `x[..., M, K] @
 W[..., K, N]`, leading dims broadcast as in numpy. Packed weights of another dtype than `x`
 (s8 weights of an int8 build) are converted as they are loaded, so they stay small in memory.
 
@@ -82,35 +82,43 @@ def packing_block(columns: int, lanes: int) -> int:
 
 
 def pack_dense_weight(weight: np.ndarray, block: int) -> np.ndarray:
-    """W[K, N] as [N / block, K, block]: each block of output columns contiguous along K."""
+    """W[K, N] as [ceil(N / block), K, block]: each block of output columns contiguous along K,
+    the last padded with zero columns."""
     k, n = weight.shape
-    return np.ascontiguousarray(weight.reshape(k, n // block, block).transpose(1, 0, 2))
+    weight = np.pad(weight, [(0, 0), (0, -n % block)])
+    return np.ascontiguousarray(weight.reshape(k, -1, block).transpose(1, 0, 2))
 
 
-def dense_packed(x: te.Tensor, packed: te.Tensor) -> te.Tensor:
-    """`x[..., K] @ W[K, N]` with W given by `pack_dense_weight`."""
+def dense_packed(x: te.Tensor, packed: te.Tensor, columns: int | None = None) -> te.Tensor:
+    """`x[..., K] @ W[K, N]` with W given by `pack_dense_weight`; `columns`: N, where the packed
+    weight's last block was padded with zero columns (computed whole, then cropped)."""
     chunks, _, block = packed.shape
     k = te.reduce_axis((0, x.shape[-1]), name="k")
 
     def value(rows, n):
         return te.sum(x[(*rows, k)] * packed[n // block, k, n % block].astype(x.dtype), axis=k)
 
-    return dense_product(x, chunks * block, value, {SCHEDULE_RULE: DENSE_PACKED_RULE})
+    return dense_product(x, columns or chunks * block, value, {SCHEDULE_RULE: DENSE_PACKED_RULE},
+                         computed_columns=chunks * block)
 
 
-def dense_product(x: te.Tensor, columns, value, attrs: dict, pad: bool = True) -> te.Tensor:
+def dense_product(x: te.Tensor, columns, value, attrs: dict, pad: bool = True, computed_columns=None) -> te.Tensor:
     """The product of a dense layer over `x[..., K]`: `value(x's leading indices, column)` for
-    each of its rows and `columns`, the rows `padded` when their count is symbolic (unless not
-    `pad`: a tile program that matches the plain indices, `schedules.amx`)."""
+    each of its rows and `columns` (computed for `computed_columns` and cropped, where more),
+    the rows `padded` when their count is symbolic (unless not `pad`: a tile program that
+    matches the plain indices, `schedules.amx`)."""
+    computed_columns = computed_columns or columns
     if not pad or len(x.shape) < 2:
-        return te.compute((*x.shape[:-1], columns), lambda *i: value(i[:-1], i[-1]), name="matmul", attrs=attrs)
+        product = te.compute((*x.shape[:-1], computed_columns), lambda *i: value(i[:-1], i[-1]), name="matmul",
+                             attrs=attrs)
+        return cropped(product, (*x.shape[:-1], columns))
     *lead, rows = x.shape[:-1]
 
     def padded_value(*index):
         *lead_index, row, column = index
         return value((*lead_index, row_source(row, rows)), column)
 
-    product = te.compute((*lead, padded_rows(rows), columns), padded_value, name="matmul", attrs=attrs)
+    product = te.compute((*lead, padded_rows(rows), computed_columns), padded_value, name="matmul", attrs=attrs)
     return cropped(product, (*x.shape[:-1], columns))
 
 

@@ -52,7 +52,7 @@ class _Weight:
 def anchor_compute(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearranged: _Weight | None = None) -> te.Tensor:
     """The anchor op `call` of a composite on te tensors (its weight as `rearranged`, if it was)."""
     if call.op.name == "relax.matmul":
-        return dense_packed(data, weight) if rearranged else matmul(data, weight)
+        return dense_packed(data, weight, int(call.ty.shape[-1])) if rearranged else matmul(data, weight)
     attrs = call.attrs
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
     if str(attrs.data_layout) in ("NCW", "NCHW"):
@@ -93,7 +93,7 @@ def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -
     if not isinstance(weight, GenericConst):
         return None
     if anchor.op.name == "relax.matmul":
-        if weight.ty.ndim != 2 or int(weight.ty.shape[1]) % block:
+        if weight.ty.ndim != 2:
             return None
         return _Weight(position, relax.const(pack_dense_weight(weight.value.numpy(), block)))
     tile = winograd_tile(anchor) if winograd else None
