@@ -1,6 +1,8 @@
 """The architectures of `tvm_fuse.models.zoo` (YOLOv8-style detector, MobileNetV3 with SE
-blocks, U-Net, CRNN) build for the native target, match ONNX Runtime within 1e-3 of each
+blocks, U-Net, CRNN, a face-detection cascade's channels-last nets) build for the native target, match ONNX Runtime within 1e-3 of each
 output's largest magnitude at batch 1 and 4, and their fusion report accounts for every node."""
+
+import functools
 
 import numpy as np
 import onnx
@@ -17,6 +19,9 @@ MODELS = {  # name -> (builder, input name, input shape without the batch)
     "unet": (zoo.unet, "image", (3, 64, 64)),
     "mobilenet_v3": (zoo.mobilenet_v3, "input", (3, 64, 64)),
     "crnn": (zoo.crnn, "image", (1, 32, 100)),
+    "face_pnet": (functools.partial(zoo.face_cascade, "pnet", height=60, width=80), "image", (60, 80, 3)),
+    "face_rnet": (functools.partial(zoo.face_cascade, "rnet"), "image", (24, 24, 3)),
+    "face_onet": (functools.partial(zoo.face_cascade, "onet"), "image", (48, 48, 3)),
 }
 
 

@@ -85,3 +85,27 @@ def test_a_dense_head_runs_padded_and_is_cut_on_its_last_axis(columns, padded_co
     assert [int(d) for d in dense.ty.shape] == [40, padded_columns]
     x = _RNG.standard_normal((40, 120)).astype("float32")
     np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_reading_the_chain_takes_its_padded_channels_with_zero_weights():
+    """A face detector's conv (3 -> 28) + bias + PRelu (as `SlopesToMax` leaves it: max(x,
+    x * slopes)) + max-pool feeding a conv (28 -> 48): the chain runs at 32 channels into the
+    next conv, whose weights get 4 zero input channels; nothing is cut, so the whole chain can
+    run in blocks of 16."""
+
+    def build(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, _const(28, 3, 3, 3)))
+        biased = bb.emit(relax.op.add(conv, _const(1, 28, 1, 1)))
+        slopes = relax.const(_RNG.uniform(0, 1, (28, 1, 1)).astype("float32"))
+        prelu = bb.emit(relax.op.maximum(biased, bb.emit(relax.op.multiply(biased, slopes))))
+        pooled = bb.emit(relax.op.nn.max_pool2d(prelu, [3, 3], [2, 2], padding=[0, 0, 1, 1]))
+        return bb.emit(relax.op.nn.conv2d(pooled, _const(48, 28, 3, 3)))
+
+    mod = module({"x": (2, 3, 24, 24)}, build)
+    padded = PadOutputChannels(16)(mod)
+    assert "relax.strided_slice" not in _ops(padded)
+    convs = [b.value for block in padded["main"].body.blocks for b in block.bindings
+             if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"]
+    assert [[int(d) for d in c.args[1].ty.shape] for c in convs] == [[32, 3, 3, 3], [48, 32, 3, 3]]
+    x = _RNG.standard_normal((2, 3, 24, 24)).astype("float32")
+    np.testing.assert_allclose(run(padded, {"x": x})[0], run(mod, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -125,7 +125,7 @@ def is_depthwise(groups, weight_shape) -> bool:
     return int(groups) > 1 and inputs == 1
 
 
-ROW_GRANULES = ((512, 64), (128, 32), (16, 16))  # (from this output row width, round it to a multiple of)
+ROW_GRANULES = ((512, 64), (128, 32), (9, 16))  # (from this output row width, round it to a multiple of)
 
 
 def whole_vector_width(width) -> int | None:
