@@ -36,15 +36,16 @@ def _rows(batch: int) -> int:
 
 
 def _product(rows: int, hidden: int, columns: int):
-    """(a macro, its tile's columns): `product(state, row, begin, recurrent, gates, sums)` sets
-    gates[r, begin + c] = sum_k state[row + r, k] * recurrent[k, begin + c] for the `rows` rows
-    and `columns` columns from `begin`, a tile of vectors at a time accumulated in `sums`."""
+    """(a macro, its tile's columns): `product(state, s, row, begin, recurrent, d, gates, sums)`
+    sets gates[r, begin + c] = sum_k state[s, row + r, k] * recurrent[d, k, begin + c] for the
+    `rows` rows and `columns` columns from `begin`, a tile of vectors at a time accumulated in
+    `sums`."""
     vector = _vector(columns)
     tile = next(t for t in range(COLUMN_VECTORS, 0, -1) if (columns // vector) % t == 0)
     span = vector * tile
 
     @T.macro
-    def product(state, row, begin, recurrent, gates, sums):
+    def product(state, s, row, begin, recurrent, d, gates, sums):
         for block in range(columns // span):
             for r in T.unroll(rows):
                 for v in T.unroll(tile):
@@ -56,7 +57,7 @@ def _product(rows: int, hidden: int, columns: int):
                         for lane in T.vectorized(vector):
                             sums[r, v * vector + lane] = (
                                 sums[r, v * vector + lane]
-                                + state[row + r, k] * recurrent[k, begin + block * span + v * vector + lane])
+                                + state[s, row + r, k] * recurrent[d, k, begin + block * span + v * vector + lane])
             for r in T.unroll(rows):
                 for v in T.unroll(tile):
                     for lane in T.vectorized(vector):
@@ -65,61 +66,75 @@ def _product(rows: int, hidden: int, columns: int):
     return product, span
 
 
-def lstm_sequence(seq: int, batch: int, hidden: int, reverse: bool) -> tvm.tirx.PrimFunc:
-    """ONNX LSTM's default activations (gates i, o, f, c; sigmoid, tanh, tanh) over a sequence:
-    (products [seq, batch, 4 * hidden] (x @ W^T and both biases), recurrent [hidden, 4 * hidden]
-    (R^T), h0, c0 [batch, hidden]) -> (Y [seq, batch, hidden] in time order, the last h, the
-    last c). `reverse` runs from the last step to the first."""
-    width, rows, lanes = 4 * hidden, _rows(batch), _vector(hidden)
+def _time(step, direction, seq: int, reverse: tuple[bool, ...]):
+    """The time step a direction computes at loop step `step`: forward, or from the end."""
+    if len(reverse) == 2:  # (forward, reverse)
+        return step + direction * (seq - 1 - 2 * step)
+    return seq - 1 - step if reverse[0] else step
+
+
+def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) -> tvm.tirx.PrimFunc:
+    """ONNX LSTM's default activations (gates i, o, f, c; sigmoid, tanh, tanh) over a sequence,
+    every direction (`reverse`: each runs from the last step to the first or not) on a core of
+    its own: (products [seq, batch, directions * 4 * hidden] (x @ W^T and both biases),
+    recurrent [directions, hidden, 4 * hidden] (R^T), h0, c0 [directions, batch, hidden]) ->
+    (Y [seq, directions, batch, hidden] in time order, the last h, the last c)."""
+    directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     product, span = _product(rows, hidden, width)
 
     @T.prim_func(private=True, s_tir=True)
-    def lstm(products: T.Buffer((seq, batch, width), "float32"), recurrent: T.Buffer((hidden, width), "float32"),
-             h0: T.Buffer((batch, hidden), "float32"), c0: T.Buffer((batch, hidden), "float32"),
-             y: T.Buffer((seq, batch, hidden), "float32"), h: T.Buffer((batch, hidden), "float32"),
-             c: T.Buffer((batch, hidden), "float32")):
+    def lstm(products: T.Buffer((seq, batch, directions * width), "float32"),
+             recurrent: T.Buffer((directions, hidden, width), "float32"),
+             h0: T.Buffer((directions, batch, hidden), "float32"), c0: T.Buffer((directions, batch, hidden), "float32"),
+             y: T.Buffer((seq, directions, batch, hidden), "float32"), h: T.Buffer((directions, batch, hidden), "float32"),
+             c: T.Buffer((directions, batch, hidden), "float32")):
         T.func_attr({"tirx.noalias": True})
         with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
-            gates = T.sblock_alloc_buffer((rows, width), "float32")
-            sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
-            for b, j in T.grid(batch, hidden):
-                h[b, j] = h0[b, j]
-                c[b, j] = c0[b, j]
-            for step, first in T.grid(seq, batch // rows):
-                product(h, first * rows, 0, recurrent, gates, sums)
-                for r, column in T.grid(rows, hidden // lanes):
-                    # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
-                    for lane in T.vectorized(lanes):
-                        c[first * rows + r, column * lanes + lane] = (
-                            _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
-                                     + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                                2 * hidden + column * lanes + lane])
-                            * c[first * rows + r, column * lanes + lane]
-                            + _sigmoid(gates[r, column * lanes + lane]
-                                       + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                                  column * lanes + lane])
-                            * _tanh(gates[r, 3 * hidden + column * lanes + lane]
-                                    + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                               3 * hidden + column * lanes + lane]))
-                    for lane in T.vectorized(lanes):
-                        h[first * rows + r, column * lanes + lane] = (
-                            _sigmoid(gates[r, hidden + column * lanes + lane]
-                                     + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                                hidden + column * lanes + lane])
-                            * _tanh(c[first * rows + r, column * lanes + lane]))
-                        y[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane] = (
-                            h[first * rows + r, column * lanes + lane])
+            for direction in T.parallel(directions):
+                with T.sblock("direction"):  # its buffers are allocated per task
+                    d = T.axis.spatial(directions, direction)
+                    gates = T.sblock_alloc_buffer((rows, width), "float32")
+                    sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
+                    for b, j in T.grid(batch, hidden):
+                        h[d, b, j] = h0[d, b, j]
+                        c[d, b, j] = c0[d, b, j]
+                    for step, first in T.grid(seq, batch // rows):
+                        product(h, d, first * rows, 0, recurrent, d, gates, sums)
+                        for r, column in T.grid(rows, hidden // lanes):
+                            # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
+                            for lane in T.vectorized(lanes):
+                                c[d, first * rows + r, column * lanes + lane] = (
+                                    _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
+                                             + products[_time(step, d, seq, reverse), first * rows + r,
+                                                        d * width + 2 * hidden + column * lanes + lane])
+                                    * c[d, first * rows + r, column * lanes + lane]
+                                    + _sigmoid(gates[r, column * lanes + lane]
+                                               + products[_time(step, d, seq, reverse), first * rows + r,
+                                                          d * width + column * lanes + lane])
+                                    * _tanh(gates[r, 3 * hidden + column * lanes + lane]
+                                            + products[_time(step, d, seq, reverse), first * rows + r,
+                                                       d * width + 3 * hidden + column * lanes + lane]))
+                            for lane in T.vectorized(lanes):
+                                h[d, first * rows + r, column * lanes + lane] = (
+                                    _sigmoid(gates[r, hidden + column * lanes + lane]
+                                             + products[_time(step, d, seq, reverse), first * rows + r,
+                                                        d * width + hidden + column * lanes + lane])
+                                    * _tanh(c[d, first * rows + r, column * lanes + lane]))
+                                y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
+                                    h[d, first * rows + r, column * lanes + lane])
 
     return lstm
 
 
-def gru_sequence(seq: int, batch: int, hidden: int, reverse: bool, linear_before_reset: bool) -> tvm.tirx.PrimFunc:
-    """ONNX GRU's default activations (gates z, r, h; sigmoid, tanh) over a sequence: (products
-    [seq, batch, 3 * hidden] (x @ W^T and W's bias), recurrent [hidden, 3 * hidden] (R^T),
-    recurrent_bias [3 * hidden], h0 [batch, hidden]) -> (Y [seq, batch, hidden] in time order,
-    the last h). `reverse` runs from the last step to the first; `linear_before_reset`: the
-    reset gate scales the candidate's recurrent product (else the state before the product)."""
-    width, rows, lanes = 3 * hidden, _rows(batch), _vector(hidden)
+def gru_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
+                 linear_before_reset: bool) -> tvm.tirx.PrimFunc:
+    """ONNX GRU's default activations (gates z, r, h; sigmoid, tanh) over a sequence, every
+    direction on a core of its own: (products [seq, batch, directions * 3 * hidden] (x @ W^T and
+    W's bias), recurrent [directions, hidden, 3 * hidden] (R^T), recurrent_bias [directions,
+    3 * hidden], h0 [directions, batch, hidden]) -> (Y [seq, directions, batch, hidden] in time
+    order, the last h). `linear_before_reset`: the reset gate scales the candidate's recurrent
+    product (else the state before the product)."""
+    directions, width, rows, lanes = len(reverse), 3 * hidden, _rows(batch), _vector(hidden)
     if linear_before_reset:
         product, span = _product(rows, hidden, width)
     else:
@@ -128,45 +143,53 @@ def gru_sequence(seq: int, batch: int, hidden: int, reverse: bool, linear_before
         span = max(span, candidate_span)
 
     @T.prim_func(private=True, s_tir=True)
-    def gru(products: T.Buffer((seq, batch, width), "float32"), recurrent: T.Buffer((hidden, width), "float32"),
-            recurrent_bias: T.Buffer((width,), "float32"), h0: T.Buffer((batch, hidden), "float32"),
-            y: T.Buffer((seq, batch, hidden), "float32"), h: T.Buffer((batch, hidden), "float32")):
+    def gru(products: T.Buffer((seq, batch, directions * width), "float32"),
+            recurrent: T.Buffer((directions, hidden, width), "float32"),
+            recurrent_bias: T.Buffer((directions, width), "float32"), h0: T.Buffer((directions, batch, hidden), "float32"),
+            y: T.Buffer((seq, directions, batch, hidden), "float32"), h: T.Buffer((directions, batch, hidden), "float32")):
         T.func_attr({"tirx.noalias": True})
         with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
-            gates = T.sblock_alloc_buffer((rows, width), "float32")
-            sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
-            reset = T.sblock_alloc_buffer((rows, hidden), "float32")  # r * h, without linear_before_reset
-            candidate = T.sblock_alloc_buffer((rows, hidden), "float32")
-            for b, j in T.grid(batch, hidden):
-                h[b, j] = h0[b, j]
-            for step, first in T.grid(seq, batch // rows):
-                product(h, first * rows, 0, recurrent, gates, sums)
-                if not linear_before_reset:
-                    for r, column in T.grid(rows, hidden // lanes):
-                        for lane in T.vectorized(lanes):
-                            reset[r, column * lanes + lane] = _sigmoid(
-                                gates[r, hidden + column * lanes + lane] + recurrent_bias[hidden + column * lanes + lane]
-                                + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                           hidden + column * lanes + lane]) * h[first * rows + r, column * lanes + lane]
-                    candidate_product(reset, 0, 2 * hidden, recurrent, gates, sums)
-                for r, column in T.grid(rows, hidden // lanes):
-                    for lane in T.vectorized(lanes):
-                        candidate[r, column * lanes + lane] = _tanh(
-                            products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                     2 * hidden + column * lanes + lane]
-                            + (_sigmoid(gates[r, hidden + column * lanes + lane]
-                                        + recurrent_bias[hidden + column * lanes + lane]
-                                        + products[(seq - 1 - step) if reverse else step, first * rows + r,
-                                                   hidden + column * lanes + lane])
-                               if linear_before_reset else T.float32(1.0))
-                            * (gates[r, 2 * hidden + column * lanes + lane]
-                               + recurrent_bias[2 * hidden + column * lanes + lane]))
-                    for lane in T.vectorized(lanes):  # (1 - z) * candidate + z * h
-                        h[first * rows + r, column * lanes + lane] = candidate[r, column * lanes + lane] + _sigmoid(
-                            gates[r, column * lanes + lane] + recurrent_bias[column * lanes + lane]
-                            + products[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane]
-                        ) * (h[first * rows + r, column * lanes + lane] - candidate[r, column * lanes + lane])
-                        y[(seq - 1 - step) if reverse else step, first * rows + r, column * lanes + lane] = (
-                            h[first * rows + r, column * lanes + lane])
+            for direction in T.parallel(directions):
+                with T.sblock("direction"):  # its buffers are allocated per task
+                    d = T.axis.spatial(directions, direction)
+                    gates = T.sblock_alloc_buffer((rows, width), "float32")
+                    sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
+                    reset = T.sblock_alloc_buffer((1, rows, hidden), "float32")  # r * h, without linear_before_reset
+                    candidate = T.sblock_alloc_buffer((rows, hidden), "float32")
+                    for b, j in T.grid(batch, hidden):
+                        h[d, b, j] = h0[d, b, j]
+                    for step, first in T.grid(seq, batch // rows):
+                        product(h, d, first * rows, 0, recurrent, d, gates, sums)
+                        if not linear_before_reset:
+                            for r, column in T.grid(rows, hidden // lanes):
+                                for lane in T.vectorized(lanes):
+                                    reset[0, r, column * lanes + lane] = _sigmoid(
+                                        gates[r, hidden + column * lanes + lane]
+                                        + recurrent_bias[d, hidden + column * lanes + lane]
+                                        + products[_time(step, d, seq, reverse), first * rows + r,
+                                                   d * width + hidden + column * lanes + lane]
+                                    ) * h[d, first * rows + r, column * lanes + lane]
+                            candidate_product(reset, 0, 0, 2 * hidden, recurrent, d, gates, sums)
+                        for r, column in T.grid(rows, hidden // lanes):
+                            for lane in T.vectorized(lanes):
+                                candidate[r, column * lanes + lane] = _tanh(
+                                    products[_time(step, d, seq, reverse), first * rows + r,
+                                             d * width + 2 * hidden + column * lanes + lane]
+                                    + (_sigmoid(gates[r, hidden + column * lanes + lane]
+                                                + recurrent_bias[d, hidden + column * lanes + lane]
+                                                + products[_time(step, d, seq, reverse), first * rows + r,
+                                                           d * width + hidden + column * lanes + lane])
+                                       if linear_before_reset else T.float32(1.0))
+                                    * (gates[r, 2 * hidden + column * lanes + lane]
+                                       + recurrent_bias[d, 2 * hidden + column * lanes + lane]))
+                            for lane in T.vectorized(lanes):  # (1 - z) * candidate + z * h
+                                h[d, first * rows + r, column * lanes + lane] = (
+                                    candidate[r, column * lanes + lane]
+                                    + _sigmoid(gates[r, column * lanes + lane] + recurrent_bias[d, column * lanes + lane]
+                                               + products[_time(step, d, seq, reverse), first * rows + r,
+                                                          d * width + column * lanes + lane])
+                                    * (h[d, first * rows + r, column * lanes + lane] - candidate[r, column * lanes + lane]))
+                                y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
+                                    h[d, first * rows + r, column * lanes + lane])
 
     return gru

@@ -8,9 +8,10 @@ kernels of the step (an LSTM's step: the dense layer, then a kernel for c and on
 The sequence length must be known at build time (`input_shapes`); every direction, initial
 states, biases, LSTM peepholes, `clip`, GRU's `linear_before_reset`, `layout` 0 and 1, and the
 activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal the sequence length.
-A small LSTM or GRU direction with the default activations, no peepholes and no clip is instead
-one kernel over the whole sequence (`compute.recurrent`), its steps a few thousand multiply-adds
-each, which as separate kernels cost more in calls and allocations than in arithmetic.
+A small LSTM or GRU with the default activations, no peepholes and no clip is instead one kernel
+over the whole sequence (`compute.recurrent`), each direction on a core of its own, its steps a
+few thousand multiply-adds each, which as separate kernels cost more in calls and allocations
+than in arithmetic.
 """
 
 from __future__ import annotations
@@ -124,14 +125,48 @@ class _Recurrence:
         order = range(self.seq)
         return reversed(order) if self.reverse[d] else order
 
-    def sequence_kernel(self, func: tvm.tirx.PrimFunc, name: str, args: list, states: int) -> list:
-        """A direction's kernel `func` called on `args`: its Y [seq, batch, hidden] and its
-        `states` final states [batch, hidden]."""
-        batch = int(self.batch)
-        shapes = [[self.seq, batch, self.hidden]] + [[batch, self.hidden]] * states
+    def sequence_kernel(self, func: tvm.tirx.PrimFunc, name: str, args: list, states: int):
+        """Every direction's kernel `func` (`compute.recurrent`) called on `args`: the ONNX
+        outputs, Y and the `states` final states."""
+        batch, directions = int(self.batch), len(self.reverse)
+        shapes = [[self.seq, directions, batch, self.hidden]] + [[directions, batch, self.hidden]] * states
         kernel = self.emit(relax.call_tir(self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, "op_pattern": 8}), name),
                                           args, [relax.TensorType(shape, "float32") for shape in shapes]))
-        return [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
+        y, *finals = [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
+        if self.batch_first:
+            y = relax.op.permute_dims(y, [2, 0, 1, 3])
+            finals = [relax.op.permute_dims(f, [1, 0, 2]) for f in finals]
+        return relax.Tuple([self.emit(y)] + [self.emit(f) for f in finals])
+
+    def all_input_products(self, recurrent_bias: bool = False):
+        """x @ W^T of every direction side by side (+ W's bias, and R's with `recurrent_bias`)
+        for every step at once: [seq, batch, directions * gates * hidden]."""
+        size = self.gates * self.hidden
+        weights = self.emit(relax.op.reshape(self.w, [len(self.reverse) * size, -1]))
+        products = relax.op.matmul(self.x, relax.op.permute_dims(weights))
+        if self.bias is not None:
+            bias = relax.op.strided_slice(self.bias, axes=[1], begin=[0], end=[size])
+            if recurrent_bias:
+                bias = relax.op.add(bias, relax.op.strided_slice(self.bias, axes=[1], begin=[size], end=[2 * size]))
+            products = relax.op.add(products, relax.op.reshape(self.emit(bias), [-1]))
+        return self.emit(products)
+
+    def all_recurrent(self):
+        """R^T of every direction: [directions, hidden, gates * hidden]."""
+        return self.emit(relax.op.permute_dims(self.r, [0, 2, 1]))
+
+    def all_recurrent_bias(self):
+        """R's bias of every direction (zeros without a bias): [directions, gates * hidden]."""
+        size = self.gates * self.hidden
+        if self.bias is None:
+            return relax.const(np.zeros((len(self.reverse), size), "float32"))
+        return self.emit(relax.op.strided_slice(self.bias, axes=[1], begin=[size], end=[2 * size]))
+
+    def all_initial(self, state):
+        """Every direction's initial state (zeros if not given): [directions, batch, hidden]."""
+        if state is None:
+            return self.emit(relax.op.zeros(relax.ShapeExpr([len(self.reverse), self.batch, self.hidden]), "float32"))
+        return self.emit(relax.op.permute_dims(state, [1, 0, 2]) if self.batch_first else state)
 
     def sequence(self, hs: list):
         """A direction's per-step hidden states in time order as [seq, batch, hidden]."""
@@ -156,18 +191,16 @@ def lstm(bb, inputs, attrs, opset):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
     act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
+    if _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes):
+        func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse))
+        args = [rnn.all_input_products(recurrent_bias=True), rnn.all_recurrent(), rnn.all_initial(rnn.h0),
+                rnn.all_initial(c0)]
+        return rnn.sequence_kernel(func, "lstm", args, 2)
     sequences, finals = [], []
     for d in range(len(rnn.reverse)):
         f, g, h_act = act[3 * d: 3 * d + 3]
         xw = rnn.input_products(d, recurrent_bias=True)  # both biases added once, not each step
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))
-        if _one_kernel(rnn, (f, g, h_act), [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]],
-                       peepholes):
-            func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, rnn.reverse[d])
-            y, h, c = rnn.sequence_kernel(func, "lstm", [xw, rt, rnn.initial(rnn.h0, d), rnn.initial(c0, d)], 2)
-            sequences.append(y)
-            finals.append((h, c))
-            continue
         p = [rnn.emit(relax.op.strided_slice(_index(peepholes, d), axes=[0], begin=[k * rnn.hidden],
                                              end=[(k + 1) * rnn.hidden])) for k in range(3)] if peepholes is not None else None
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
@@ -189,10 +222,11 @@ def lstm(bb, inputs, attrs, opset):
 
 
 def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None) -> bool:
-    """Whether a direction runs as one kernel of `compute.recurrent`: ONNX's `default`
-    activations, no peepholes or clip, fp32, a static batch, and several steps, each small
-    enough. (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
-    return (1 < rnn.seq and list(activations) == default
+    """Whether the directions run as one kernel of `compute.recurrent`, each on a core:
+    ONNX's `default` activations in every direction, no peepholes or clip, fp32, a static
+    batch, and several steps, each small enough. (One step, Silero VAD's per chunk, ran 3%
+    slower so: its dense kernel reads R packed.)"""
+    return (1 < rnn.seq and list(activations) == default * len(rnn.reverse)
             and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
             and isinstance(rnn.batch, tvm.tirx.IntImm)
             and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
@@ -204,19 +238,16 @@ def gru(bb, inputs, attrs, opset):
     linear_before_reset = int(attrs.get("linear_before_reset", 0))
     act = _activations(attrs, ["sigmoid", "tanh"], len(rnn.reverse))
     hidden = rnn.hidden
+    if _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"]]):
+        func = gru_sequence(rnn.seq, int(rnn.batch), hidden, tuple(rnn.reverse), bool(linear_before_reset))
+        args = [rnn.all_input_products(), rnn.all_recurrent(), rnn.all_recurrent_bias(), rnn.all_initial(rnn.h0)]
+        return rnn.sequence_kernel(func, "gru", args, 1)
     sequences, finals = [], []
     for d in range(len(rnn.reverse)):
         f, g = act[2 * d: 2 * d + 2]
         xw, rb = rnn.input_products(d), rnn.recurrent_bias(d)
         rt = rnn.emit(relax.op.permute_dims(_index(rnn.r, d)))  # [hidden, 3 * hidden]
         h = rnn.initial(rnn.h0, d)
-        if _one_kernel(rnn, (f, g), [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"]]):
-            func = gru_sequence(rnn.seq, int(rnn.batch), hidden, rnn.reverse[d], bool(linear_before_reset))
-            bias = rb if rb is not None else relax.const(np.zeros(3 * hidden, "float32"))
-            y, h = rnn.sequence_kernel(func, "gru", [xw, rt, bias, h], 1)
-            sequences.append(y)
-            finals.append((h,))
-            continue
         rt_zr = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[0], end=[2 * hidden]))
         rt_h = rnn.emit(relax.op.strided_slice(rt, axes=[1], begin=[2 * hidden], end=[3 * hidden]))
         rb_zr, rb_h = ((rnn.emit(relax.op.strided_slice(rb, axes=[0], begin=[0], end=[2 * hidden])),
