@@ -5,9 +5,9 @@ TVM's `ConvertLayout` rewrites each conv and propagates the layout through the o
 follow (elementwise ops, residual adds, pooling, concat along channels, reductions), so
 `layout_transform` is left only where a chain enters or leaves the blocked layout. The weights'
 transforms are constants, folded at build time. Fewer input channels than a block (an image's
-3) are one block of their own; other channel counts take the block or half of it; a conv
-whose channels neither divides keeps NCHW (and its NCHW kernel), as do grouped convs other than
-depthwise.
+3) are one block of their own; other channel counts take the block or half of it (depthwise
+convs too); a conv whose channels neither divides keeps NCHW (and its NCHW kernel), as do
+grouped convs other than depthwise.
 
 TVM's layout rules get some ops wrong in a blocked layout (TVM 0.27, `src/relax/op`): a split
 at channel indices keeps the indices in channels while the axis now counts blocks (a crash, or
@@ -43,7 +43,7 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "rel
            "relax.less_equal", "relax.logical_and", "relax.logical_or", "relax.logical_xor")
 
 
-def _layouts(block: int):
+def _layouts(block: int, halves_depthwise: bool = True):
     def choose(call: relax.Call) -> dict:
         if call.op.name in _OWN_LAYOUTS:
             attrs = call.attrs
@@ -60,7 +60,7 @@ def _layouts(block: int):
         if not all(isinstance(d, tvm.tirx.IntImm) for d in (channels, outputs)):
             return _KEEP
         channels, outputs, groups = int(channels), int(outputs), int(attrs.groups)
-        if plain_reason(channels, outputs, groups, str(data.ty.dtype), block) is not None:
+        if plain_reason(channels, outputs, groups, str(data.ty.dtype), block, halves_depthwise) is not None:
             return _KEEP
         if groups == 1:
             # Fewer input channels than a block (an image's 3) form one block of their own;
@@ -68,15 +68,19 @@ def _layouts(block: int):
             inputs = channels if channels < block else _widest_block(channels, block)
             out_block = _widest_block(outputs, block)
             return {"relax.nn.conv2d": [f"NCHW{inputs}c", f"OIHW{inputs}i{out_block}o", f"NCHW{out_block}c"]}
-        if groups == channels:
-            return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o"]}  # depthwise
+        if groups == channels:  # depthwise, in half blocks where whole ones do not divide (24: 8)
+            depthwise_block = _widest_block(channels, block) if halves_depthwise else block
+            return {"relax.nn.conv2d": [f"NCHW{depthwise_block}c", f"OIHW1i{depthwise_block}o"]}
         return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW{block}i{block}o"]}  # each group whole blocks
 
     return choose
 
 
-def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: int) -> str | None:
-    """Why a 2-D conv of these channels keeps NCHW with blocks of `block` (None: it is blocked)."""
+def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: int,
+                 halves_depthwise: bool = True) -> str | None:
+    """Why a 2-D conv of these channels keeps NCHW with blocks of `block` (None: it is blocked).
+    A depthwise conv takes half a block where a whole one does not divide its channels, unless
+    not `halves_depthwise` (an AMX build's wide blocks: half of them would border its neighbours')."""
     if dtype != "float32":
         return f"its input is {dtype}; the blocked layout is chosen for float32 convs"
     if groups == 1:
@@ -86,8 +90,10 @@ def plain_reason(channels: int, outputs: int, groups: int, dtype: str, block: in
             return f"neither {block} nor {block // 2} divides its {outputs} output channels"
         return None
     if groups == channels == outputs:
-        if outputs % block:
+        if not halves_depthwise and outputs % block:
             return f"a depthwise conv of {outputs} channels, which {block} does not divide"
+        if _widest_block(outputs, block) is None:
+            return f"a depthwise conv of {outputs} channels, which neither {block} nor {block // 2} divides"
         return None
     if (channels // groups) % block or (outputs // groups) % block:
         return (f"a grouped conv ({groups} groups of {channels // groups} input and {outputs // groups} output "
@@ -176,10 +182,10 @@ class _Borders(PyExprMutator):
         return self.builder_.emit(relax.op.reshape(x, x.ty.shape), x.name)
 
 
-def _nchw_points(mod: tvm.IRModule, block: int) -> tuple[int, int]:
+def _nchw_points(mod: tvm.IRModule, block: int, halves_depthwise: bool = True) -> tuple[int, int]:
     """Where blocks of `block` leave the model in NCHW: (convs kept in NCHW, op inputs brought
     back to NCHW at a border)."""
-    choose, kept, borders = _layouts(block), 0, 0
+    choose, kept, borders = _layouts(block, halves_depthwise), 0, 0
 
     def visit(expr) -> None:
         nonlocal kept, borders
@@ -203,12 +209,13 @@ def BlockedLayout(block: int, wide: int | None = None) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.BlockedLayout")
     def blocked_layout(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         chosen = block
-        if wide and all(a <= b for a, b in zip(_nchw_points(mod, wide), _nchw_points(mod, block))):
+        if wide and all(a <= b for a, b in zip(_nchw_points(mod, wide, halves_depthwise=False),
+                                                _nchw_points(mod, block))):
             chosen = wide
         borders = _Borders(mod, chosen)
         bordered = mutate_functions(mod, borders, borders.visit_expr)
         try:
-            return drop_borders(relax.transform.ConvertLayout({}, _layouts(chosen))(bordered))
+            return drop_borders(relax.transform.ConvertLayout({}, _layouts(chosen, chosen == block))(bordered))
         except Exception as error:  # noqa: BLE001 -- a layout rule we have no border for
             cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
             warnings.warn(f"the model runs in NCHW: converting it to NCHW{chosen}c failed ({cause})")
