@@ -10,7 +10,6 @@ slopes (where `x * alpha` is the larger) are left as they are.
 
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
