@@ -112,11 +112,8 @@ class _Recurrence:
         return self.emit(relax.op.strided_slice(_index(self.bias, d), axes=[0], begin=[size], end=[2 * size]))
 
     def initial(self, state, d: int):
-        if state is None:
-            return self.emit(relax.op.zeros(relax.ShapeExpr([self.batch, self.hidden]), str(self.x.ty.dtype)))
-        if self.batch_first:  # [batch, directions, hidden]
-            state = relax.op.permute_dims(state, [1, 0, 2])
-        return self.emit(_index(state, d))
+        """Direction `d`'s initial state (zeros if not given): [batch, hidden]."""
+        return self.emit(_index(self.all_initial(state), d))
 
     def clipped(self, expr):
         return relax.op.clip(expr, -float(self.clip), float(self.clip)) if self.clip is not None else expr
@@ -133,10 +130,7 @@ class _Recurrence:
         kernel = self.emit(relax.call_tir(self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, "op_pattern": 8}), name),
                                           args, [relax.TensorType(shape, "float32") for shape in shapes]))
         y, *finals = [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
-        if self.batch_first:
-            y = relax.op.permute_dims(y, [2, 0, 1, 3])
-            finals = [relax.op.permute_dims(f, [1, 0, 2]) for f in finals]
-        return relax.Tuple([self.emit(y)] + [self.emit(f) for f in finals])
+        return self.onnx_outputs(y, finals)
 
     def all_input_products(self, recurrent_bias: bool = False):
         """x @ W^T of every direction side by side (+ W's bias, and R's with `recurrent_bias`)
@@ -165,8 +159,9 @@ class _Recurrence:
     def all_initial(self, state):
         """Every direction's initial state (zeros if not given): [directions, batch, hidden]."""
         if state is None:
-            return self.emit(relax.op.zeros(relax.ShapeExpr([len(self.reverse), self.batch, self.hidden]), "float32"))
-        return self.emit(relax.op.permute_dims(state, [1, 0, 2]) if self.batch_first else state)
+            shape = relax.ShapeExpr([len(self.reverse), self.batch, self.hidden])
+            return self.emit(relax.op.zeros(shape, str(self.x.ty.dtype)))
+        return self.emit(relax.op.permute_dims(state, [1, 0, 2]) if self.batch_first else state)  # from [batch, directions, hidden]
 
     def sequence(self, hs: list):
         """A direction's per-step hidden states in time order as [seq, batch, hidden]."""
@@ -176,8 +171,11 @@ class _Recurrence:
         """Y [seq, directions, batch, hidden] and each final state [directions, batch, hidden]
         (batch first when `layout` is 1), from each direction's hidden states [seq, batch,
         hidden] and its final states."""
-        y = _stacked(sequences, 1)
-        states = [_stacked(list(state), 0) for state in zip(*finals)]
+        return self.onnx_outputs(_stacked(sequences, 1), [_stacked(list(state), 0) for state in zip(*finals)])
+
+    def onnx_outputs(self, y, states: list):
+        """Y [seq, directions, batch, hidden] and the final states [directions, batch, hidden]
+        as ONNX's outputs: batch first when `layout` is 1."""
         if self.batch_first:
             y = relax.op.permute_dims(y, [2, 0, 1, 3])
             states = [relax.op.permute_dims(s, [1, 0, 2]) for s in states]

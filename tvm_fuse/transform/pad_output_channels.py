@@ -81,16 +81,12 @@ class _Padder(PyExprMutator):
         if wide_input is not None:  # a conv reading padded channels: zero weights for them
             weight = args[1].value.numpy()
             args[1] = relax.const(np.pad(weight, [(0, 0), (0, wide_input[1] - wide_input[0]), (0, 0), (0, 0)]))
-        if planned is None:
-            self.set_var_remap(binding.var, self.builder_.emit(
-                relax.Call(call.op, [self.visit_expr(a) for a in args], call.attrs, call.ty_args, call.span),
-                binding.var.name))
-            return
-        channels, padded, last, axis = planned
-        args = [_pad_constant(arg, call, channels, padded, axis) for arg in args]
+        if planned is not None:
+            channels, padded, last, axis = planned
+            args = [_pad_constant(arg, call, channels, padded, axis) for arg in args]
         value = relax.Call(call.op, [self.visit_expr(a) for a in args], call.attrs, call.ty_args, call.span)
         wide = self.builder_.emit(value, binding.var.name)  # same name: same ONNX node
-        if last:
+        if planned is not None and last:
             wide = self.builder_.emit(relax.op.strided_slice(wide, axes=[axis], begin=[0], end=[channels]))
         self.set_var_remap(binding.var, wide)
 
@@ -125,11 +121,10 @@ def _plan(func: relax.Function, block: int) -> tuple[dict, dict]:
         chain = [binding.var]
         while True:
             last, readers_of_last = chain[-1], read_by.get(chain[-1], [])
-            if uses[last] == 1 and len(readers_of_last) == 1 and readers_of_last[0] is not None and (
-                    _elementwise_per_channel(readers_of_last[0].value, last, channels, axis)
-                    or _spatial_reduction(readers_of_last[0].value, last, axis)
-                    or _pool(readers_of_last[0].value, last, axis)):
-                chain.append(readers_of_last[0].var)
+            reader = readers_of_last[0] if uses[last] == 1 and len(readers_of_last) == 1 else None  # None: returned
+            if reader is not None and (_elementwise_per_channel(reader.value, last, channels, axis)
+                                       or _spatial_reduction(reader.value, last, axis) or _pool(reader.value, last, axis)):
+                chain.append(reader.var)
             elif (slope_max := _slope_max(readers_of_last, last, channels, axis, uses)) is not None:
                 chain.extend(slope_max)
             else:
