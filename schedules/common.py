@@ -7,6 +7,7 @@ from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
 from ..compute import SCHEDULE_RULE
+from ..transform.peel_tile_tails import PEEL_ATTR
 
 
 def anchor_block(sch: s_tir.Schedule):
@@ -70,6 +71,7 @@ def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int,
         sch.compute_inline(write_back)  # the epilogue reads the tile itself
         sch.reverse_compute_at(epilogue, tile_loop)
         write_back = epilogue
+    sch.annotate(write_back, PEEL_ATTR, True)  # a row rounded up to whole tiles: vector stores but at its end
     vectorize_innermost(sch, write_back, lanes)
     if unroll:
         loops = sch.get_loops(write_back)

@@ -42,6 +42,7 @@ from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pack_projections import PackProjections
 from .transform.pad_output_channels import PadOutputChannels
+from .transform.peel_tile_tails import PEELING_CONFIG, PeelTileTails
 from .transform.prefetch_next_strip import PrefetchNextStrip
 from .transform.recompose_layer_norm import RecomposeLayerNorm
 from .transform.record_provenance import RecordProvenance
@@ -139,11 +140,21 @@ TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a
 
 
 def _tir_pipeline():
-    """TVM's TIR lowering, with `StackLocalBuffers`, `NativeBf16Rounding`,
-    `SerialSmallKernels` and `PrefetchNextStrip` before the host's LowerTVMBuiltin."""
+    """TVM's TIR lowering after `PeelTileTails` (with its `PEELING_CONFIG`), and
+    `StackLocalBuffers`, `NativeBf16Rounding`, `SerialSmallKernels` and `PrefetchNextStrip`
+    before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.lower")
+    def peeled_lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        outer = tvm.transform.PassContext.current()
+        with tvm.transform.PassContext(opt_level=outer.opt_level, required_pass=outer.required_pass,
+                                       disabled_pass=outer.disabled_pass, instruments=outer.instruments,
+                                       config={**outer.config, **PEELING_CONFIG}):
+            return lower(PeelTileTails()(mod))
+
     host = [StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels(), PrefetchNextStrip()]
-    return lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
+    return peeled_lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
 
 
 tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)

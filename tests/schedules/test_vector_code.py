@@ -115,6 +115,14 @@ def test_narrow_or_ragged_products_keep_a_full_register_tile(kind, accumulators)
     assert not any("(%rsp)" in line for line in loop), loop
 
 
+def test_a_rounded_row_stores_its_epilogue_in_whole_vectors():
+    # The row of 150 is computed to 160 and cropped as it is stored: only the last tile
+    # crosses the edge, so every other tile's ReLU runs on zmm vectors (a guard on each store
+    # made TVM's vectorizer leave the whole epilogue scalar, which LLVM redid in ymm and xmm).
+    text = tvm_fuse.build(_model("conv1d_long_row"), AVX512_TARGET).assembly()
+    assert any(line.split()[:1] == ["vmaxps"] and "zmm" in line for line in text.splitlines())
+
+
 @pytest.mark.avx512
 @pytest.mark.parametrize("kind", ["conv1d_long_row", "conv_column", "narrow_dense"])
 def test_narrow_or_ragged_products_match_onnxruntime(kind):
