@@ -30,6 +30,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
+from .transform.fold_constant_layouts import FoldConstantLayouts
 from .transform.fold_layout_chains import FoldLayoutChains
 from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
@@ -68,6 +69,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
+        FoldConstantLayouts(),
         relax.transform.FoldConstant(),
         StackedReductionToBinary(),
         RemoveNoOps(),
@@ -83,17 +85,19 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         *([] if ATTENTION_FAMILY in disabled else [PackProjections()]),
+        FoldConstantLayouts(),
         relax.transform.FoldConstant(),
     ]
 
 
 def layout(target: tvm.target.Target, disabled: Collection[str], bf16: bool = False) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width (in a `bf16` build for AMX-BF16, twice
-    it where the convs' channels allow: an AMX conv's tile row); weights repacked at build time."""
+    it where the convs' channels allow: an AMX conv's tile row); weights repacked at build time,
+    in numpy where a reshape and a transpose do it."""
     lanes = vector_lanes(target)
     wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
     return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), FoldLayoutChains(), SinkLayoutTransforms(),
-            relax.transform.FoldConstant()]
+            FoldConstantLayouts(), relax.transform.FoldConstant()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],
