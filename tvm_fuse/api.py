@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import tvm
 
-from . import artifact
+from . import artifact, cache
 from .amx import uses_tiles
 from .compiled_model import CompiledModel
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
+from .frontend.load import load_model
 from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
-from .quantization.realization import calibrated, realize_int8
+from .quantization.realization import calibrated, checked_config, realize_int8
+from .quantization.table import CalibrationTable
 from .target import isa_features, parse_target, target_string, without_amx
 from .threads import set_num_threads
 from .transform.apply_schedules import vector_lanes
@@ -36,6 +40,7 @@ def build(
     tuning_logs: Iterable[str | Path] | str | Path | None = None,
     quantize: QuantConfig | None = None,
     precision: str = "fp32",
+    cache_dir: str | Path | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model for an x86 CPU.
 
@@ -69,6 +74,11 @@ def build(
             model builds in fp32, with a warning. The fusion report gives each kernel's
             precision. With `quantize`, the convs and dense layers int8 takes run in int8 and
             the others in bf16 (a transformer's attention products too).
+        cache_dir: a folder where builds are kept (default: `TVM_FUSE_CACHE_DIR`, else no
+            cache). A build whose model, target, options, tuning records and versions match
+            one kept there loads it instead of compiling (calibration included); a new one is
+            kept. Safe with several processes building at once; an entry that does not load
+            is rebuilt, with a warning. See `tvm_fuse.cache` and `tvm-fuse cache`.
 
     A model with kernels on AMX tiles also carries a build of itself without them (the same
     target with AMX off, `CompiledModel.fallback`; compiling takes twice as long), which runs,
@@ -80,15 +90,47 @@ def build(
     """
     tvm_target = parse_target(target)
     disabled = disabled_families(disable_fusion)
-    tuning = TuningDatabase.load(log_paths(tuning_logs))
+    logs = log_paths(tuning_logs)
+    folder = cache.cache_dir(cache_dir)
+    compiled = None
+    if folder is not None:
+        onnx_model, quantize = load_model(model), _keyable(checked_config(quantize))
+        options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
+                   "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
+        entry_key = cache.key(onnx_model.SerializeToString(), target_string(tvm_target), options, logs)
+        compiled = cache.lookup(folder, entry_key)
+        source, model = model, onnx_model
+    if compiled is None:
+        compiled = _build(model, tvm_target, input_shapes, disabled, TuningDatabase.load(logs), quantize, precision)
+        if folder is not None:
+            described = str(source) if isinstance(source, (str, Path)) else onnx_model.graph.name
+            cache.store(folder, entry_key, compiled, {"model": described, "target": target_string(tvm_target),
+                                                       **options, "quantize": quantize is not None})
+    if num_threads is not None:
+        set_num_threads(num_threads)
+    return compiled
+
+
+def _keyable(quantize: QuantConfig | None) -> QuantConfig | None:
+    """`quantize` as the cache key reads it and the build then uses: a calibration path read
+    by its content, an iterable of feeds listed once (the key would spend a generator)."""
+    if quantize is None:
+        return None
+    calibration = quantize.calibration
+    if isinstance(calibration, str):
+        calibration = Path(calibration)
+    elif not isinstance(calibration, (Path, np.ndarray, Mapping, list, tuple, CalibrationTable, type(None))):
+        calibration = list(calibration)
+    return replace(quantize, calibration=calibration)
+
+
+def _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precision) -> CompiledModel:
     imported = relax_module(model, input_shapes)
     quantize = calibrated(model, imported, quantize, tvm_target, input_shapes)  # once, for every target
     compiled = _compile(imported, tvm_target, disabled, tuning, quantize, precision)
     if compiled.uses_amx:
         # Where the OS denies AMX (a VM with it off), the model runs this instead of failing.
         compiled.fallback = _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision)
-    if num_threads is not None:
-        set_num_threads(num_threads)
     return compiled
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, models
+from . import api, cache, models
 from .benchmark import random_feed
 from .compare import differences, onnxruntime_session, time_alternating
 from .errors import InputError, TvmFuseError
@@ -34,6 +34,10 @@ _MODEL_HELP = (
     + ", ".join(models.LIGHT_MODELS)
     + " (the onnx wheel's light models, weights drawn from a seed), mobilenet_v2, resnet18, "
     "transformer_encoder"
+)
+_CACHE_HELP = (
+    f"keep builds in DIR and load a kept one instead of compiling when the model, target, options, tuning "
+    f"records and versions all match (default: ${cache.ENV_CACHE_DIR}, else no cache); see `tvm-fuse cache`"
 )
 _TARGET_HELP = (
     "CPU to compile for, in TVM's string form, e.g. 'llvm -mcpu=skylake-avx512 -num-cores=2' "
@@ -67,7 +71,7 @@ def _build(args):
     source = _load_onnx(args.model, args.batch)
     return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
-                     precision=args.precision)
+                     precision=args.precision, cache_dir=args.cache_dir)
 
 
 def _quant_config(args) -> QuantConfig | None:
@@ -134,7 +138,7 @@ def cmd_bench(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
                       disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
-                      precision=args.precision)
+                      precision=args.precision, cache_dir=args.cache_dir)
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])
@@ -228,6 +232,24 @@ def cmd_quantize(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    folder = cache.cache_dir(args.cache_dir)
+    if folder is None:
+        raise InputError(f"no cache folder: pass --cache-dir DIR or set {cache.ENV_CACHE_DIR}")
+    if args.action == "clear":
+        print(f"removed {cache.clear(folder)} entries from {folder}")
+        return 0
+    listed = cache.entries(folder)
+    for entry in listed:
+        shapes = " ".join(f"{n}={','.join(map(str, s))}" for n, s in entry.get("input_shapes", {}).items())
+        print(f"{entry['key'][:16]}  {entry['bytes'] / 2**20:8.1f} MiB  {entry.get('created', '?'):24}  "
+              f"{entry.get('model', '?')}  {entry.get('precision', '?')}{' int8' if entry.get('quantize') else ''}  "
+              f"{entry.get('target', '?')}{'  ' + shapes if shapes else ''}")
+    total = sum(entry["bytes"] for entry in listed)
+    print(f"{len(listed)} entries, {total / 2**20:.1f} MiB in {folder}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="tvm-fuse",
@@ -263,6 +285,8 @@ def parser() -> argparse.ArgumentParser:
                                   "(a transformer's attention products) runs in bf16; default fp32, exact")
         sub.add_argument("--no-winograd", action="store_true",
                          help=f"run 3x3 convs as direct convs, never Winograd; {WINOGRAD_SWITCH}=1 does the same")
+        if name not in ("tune", "quantize"):
+            sub.add_argument("--cache-dir", metavar="DIR", help=_CACHE_HELP)
         sub.set_defaults(func=func)
         return sub
 
@@ -311,12 +335,18 @@ def parser() -> argparse.ArgumentParser:
                        help="idle threads of both runtimes sleep at once instead of spinning between kernels "
                             "(tvm_fuse.set_spinning(False); ONNX Runtime's session.intra_op.allow_spinning 0): "
                             "for cores shared with other busy processes")
+    cache_ = commands.add_parser("cache", help="list or clear the build cache",
+                                 description="list the builds kept in the build cache (key, size, when, model, "
+                                             "precision, target, input shapes), or remove them all")
+    cache_.add_argument("action", choices=("ls", "clear"))
+    cache_.add_argument("--cache-dir", metavar="DIR", help=f"the cache folder (default: ${cache.ENV_CACHE_DIR})")
+    cache_.set_defaults(func=cmd_cache)
     return top
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    if args.no_winograd:
+    if getattr(args, "no_winograd", False):
         os.environ[WINOGRAD_SWITCH] = "1"
     try:
         return args.func(args)

@@ -38,6 +38,13 @@ def realize_int8(imported: ImportedModel, config: QuantConfig | None,
                        config.exclude, vector_lanes(target), amx="amx" in features)
 
 
+def checked_config(config):
+    """`config`, if it is a QuantConfig or None."""
+    if config is not None and not isinstance(config, QuantConfig):
+        raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
+    return config
+
+
 def calibrated(model, imported: ImportedModel, config: QuantConfig | None, target: tvm.target.Target,
                input_shapes) -> QuantConfig | None:
     """`config` (or a QDQ model's own scales) with its calibration a `CalibrationTable`, or
@@ -48,8 +55,7 @@ def calibrated(model, imported: ImportedModel, config: QuantConfig | None, targe
         if imported.qdq_scales is None:
             return None
         config = QuantConfig(calibration=imported.qdq_scales)  # a pre-quantized model runs as it is
-    if not isinstance(config, QuantConfig):
-        raise InputError(f"quantize takes a tvm_fuse.QuantConfig, not {type(config).__name__}")
+    config = checked_config(config)
     table = config.calibration
     if isinstance(table, (str, Path)) and Path(table).suffix != ".json":
         sample_files(Path(table))  # a bad path is an error on any target
