@@ -130,3 +130,18 @@ def test_cache_ls_and_clear(tmp_path, capsys):
     assert main(["cache", "clear", "--cache-dir", str(tmp_path)]) == 0
     assert "removed 1 entries" in capsys.readouterr().out
     assert cache.entries(tmp_path) == []
+
+
+def test_a_models_external_data_is_part_of_its_key(tmp_path, monkeypatch):
+    import onnx
+
+    path = tmp_path / "model.onnx"
+    onnx.save(tiny_model(), path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    compiles = _count_compiles(monkeypatch)
+    tvm_fuse.build(path, BF16_TARGET, cache_dir=tmp_path / "cache")
+    tvm_fuse.build(path, BF16_TARGET, cache_dir=tmp_path / "cache")
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(bytes(reversed(weights.read_bytes())))  # other weights, the same .onnx file
+    tvm_fuse.build(path, BF16_TARGET, cache_dir=tmp_path / "cache")
+    assert len(compiles) == 2

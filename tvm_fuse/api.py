@@ -16,7 +16,6 @@ from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
-from .frontend.load import load_model
 from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
@@ -94,17 +93,16 @@ def build(
     folder = cache.cache_dir(cache_dir)
     compiled = None
     if folder is not None:
-        onnx_model, quantize = load_model(model), _keyable(checked_config(quantize))
+        model_bytes, model = cache.model_bytes(model)
+        quantize = _keyable(checked_config(quantize))
         options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
                    "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
-        entry_key = cache.key(onnx_model.SerializeToString(), target_string(tvm_target), options, logs)
+        entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
         compiled = cache.lookup(folder, entry_key)
-        source, model = model, onnx_model
     if compiled is None:
         compiled = _build(model, tvm_target, input_shapes, disabled, TuningDatabase.load(logs), quantize, precision)
         if folder is not None:
-            described = str(source) if isinstance(source, (str, Path)) else onnx_model.graph.name
-            cache.store(folder, entry_key, compiled, {"model": described, "target": target_string(tvm_target),
+            cache.store(folder, entry_key, compiled, {"model": cache.model_name(model), "target": target_string(tvm_target),
                                                        **options, "quantize": quantize is not None})
     if num_threads is not None:
         set_num_threads(num_threads)

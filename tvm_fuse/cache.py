@@ -27,11 +27,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import onnx
 import tvm
 
 from . import artifact
 from ._version import __version__
 from .errors import ExportError, TvmFuseError
+from .frontend.load import load_model
 
 ENV_CACHE_DIR = "TVM_FUSE_CACHE_DIR"
 LIBRARY = "model.so"
@@ -79,6 +81,42 @@ def _feed(digest, value) -> None:
         digest.update(f"{type(value).__name__}:{value!r};".encode())
     else:
         raise TvmFuseError(f"the build cache cannot key a {type(value).__name__}; build without cache_dir")
+
+
+def model_bytes(model) -> tuple[bytes, object]:
+    """(the bytes that key `model`, the model for the build to read): a file's own bytes where it
+    keeps no external data, else the model loaded with its external data, serialized."""
+    if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
+        data = Path(model).read_bytes()
+        parsed = onnx.ModelProto()
+        try:
+            parsed.ParseFromString(data)
+        except Exception:
+            return data, model  # not ONNX: the build says what is wrong with it
+        if not _external_data(parsed.graph):
+            return data, model  # the build reads the file again, and names it in its errors
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), model
+    model = load_model(model)
+    return model.SerializeToString(), model
+
+
+def model_name(model) -> str:
+    """How `cache ls` names a model: its path, or its graph's name."""
+    if isinstance(model, onnx.ModelProto):
+        return model.graph.name
+    return str(model) if isinstance(model, (str, os.PathLike)) else "(given as bytes)"
+
+
+def _external_data(graph: onnx.GraphProto) -> bool:
+    """Whether a tensor of `graph` or of a graph inside it keeps its data in another file."""
+    tensors = list(graph.initializer)
+    for node in graph.node:
+        for attribute in node.attribute:
+            tensors += [attribute.t, *attribute.tensors]
+            if any(_external_data(g) for g in [attribute.g, *attribute.graphs] if g.node):
+                return True
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in tensors)
 
 
 def key(model_bytes: bytes, target: str, options: Mapping, tuning_logs: list[Path]) -> str:
