@@ -16,6 +16,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+from .build_timings import phase, timed
 from .patterns.table import ATTENTION_FAMILY
 from .target import isa_features
 from .transform.align_constant_ranks import AlignConstantRanks
@@ -35,6 +36,7 @@ from .transform.fold_layout_chains import FoldLayoutChains
 from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
 from .transform.fuse_patterns import FusePatterns
+from .transform.hoist_llvm_imports import HoistLlvmImports
 from .transform.lower_composites import LowerComposites
 from .transform.lower_concat import LowerConcat
 from .transform.lower_rowwise import LowerRowwise
@@ -145,8 +147,8 @@ TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a
 
 def _tir_pipeline():
     """TVM's TIR lowering after `PeelTileTails` (with its `PEELING_CONFIG`), and
-    `StackLocalBuffers`, `NativeBf16Rounding`, `SerialSmallKernels` and `PrefetchNextStrip`
-    before the host's LowerTVMBuiltin."""
+    `StackLocalBuffers`, `NativeBf16Rounding`, `HoistLlvmImports`, `SerialSmallKernels` and
+    `PrefetchNextStrip` before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.lower")
@@ -154,11 +156,11 @@ def _tir_pipeline():
         outer = tvm.transform.PassContext.current()
         with tvm.transform.PassContext(opt_level=outer.opt_level, required_pass=outer.required_pass,
                                        disabled_pass=outer.disabled_pass, instruments=outer.instruments,
-                                       config={**outer.config, **PEELING_CONFIG}):
+                                       config={**outer.config, **PEELING_CONFIG}), phase("TIR lowering"):
             return lower(PeelTileTails()(mod))
 
-    host = [StackLocalBuffers(), NativeBf16Rounding(), SerialSmallKernels(), PrefetchNextStrip()]
-    return peeled_lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
+    host = [StackLocalBuffers(), NativeBf16Rounding(), HoistLlvmImports(), SerialSmallKernels(), PrefetchNextStrip()]
+    return peeled_lower, lambda: timed("TIR lowering", tvm.transform.Sequential([*host, finalize_host()])), finalize_device
 
 
 tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
@@ -182,17 +184,22 @@ def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[
     `layout` may take wider blocks), then `kernels`: the fused, scheduled graph the fusion
     report reads."""
     realize = [p for p in (int8, bf16) if p is not None]
-    passes = [*canonicalize(target, disabled), *layout(target, disabled, bf16 is not None),
-              *fuse(target, disabled, realize, bf16 is not None), *kernels(target, tuning)]
-    return _in_target("tvm_fuse.optimize", passes, target)(mod)
+    phases = {"canonicalize": canonicalize(target, disabled), "layout": layout(target, disabled, bf16 is not None),
+              "fuse": fuse(target, disabled, realize, bf16 is not None), "schedule kernels": kernels(target, tuning)}
+    for name, passes in phases.items():
+        with phase(name):
+            mod = _in_target("tvm_fuse.optimize", passes, target)(mod)
+    return mod
 
 
 def lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """`mod` after `legalize`: one call per kernel run."""
-    return _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
+    with phase("legalize"):
+        return _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
 
 
 def compile_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.relax.VMExecutable:
     """The VM executable of `lowered(mod)`: `finalize`, then every kernel to machine code."""
-    finalizing = _in_target("tvm_fuse.finalize", finalize(target), target)
-    return tvm.compile(mod, target=target, relax_pipeline=finalizing, tir_pipeline=TIR_PIPELINE)
+    finalizing = timed("Relax finalize", _in_target("tvm_fuse.finalize", finalize(target), target))
+    with phase("code generation"):
+        return tvm.compile(mod, target=target, relax_pipeline=finalizing, tir_pipeline=TIR_PIPELINE)
