@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from . import artifact, cache
+from . import artifact, build_timings, cache
 from .amx import uses_tiles
+from .build_timings import phase
 from .compiled_model import CompiledModel
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
@@ -92,18 +93,25 @@ def build(
     logs = log_paths(tuning_logs)
     folder = cache.cache_dir(cache_dir)
     compiled = None
-    if folder is not None:
-        model_bytes, model = cache.model_bytes(model)
-        quantize = _keyable(checked_config(quantize))
-        options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
-                   "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
-        entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
-        compiled = cache.lookup(folder, entry_key)
-    if compiled is None:
-        compiled = _build(model, tvm_target, input_shapes, disabled, TuningDatabase.load(logs), quantize, precision)
+    with build_timings.recording() as seconds:
         if folder is not None:
-            cache.store(folder, entry_key, compiled, {"model": cache.model_name(model), "target": target_string(tvm_target),
-                                                       **options, "quantize": quantize is not None})
+            with phase("cache lookup"):
+                model_bytes, model = cache.model_bytes(model)
+                quantize = _keyable(checked_config(quantize))
+                options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
+                           "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
+                entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
+                compiled = cache.lookup(folder, entry_key)
+        if compiled is None:
+            with phase("read tuning logs"):
+                tuning = TuningDatabase.load(logs)
+            compiled = _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precision)
+            if folder is not None:
+                with phase("cache store"):
+                    cache.store(folder, entry_key, compiled, {"model": cache.model_name(model),
+                                                              "target": target_string(tvm_target), **options,
+                                                              "quantize": quantize is not None})
+    compiled._report.build_seconds = seconds
     if num_threads is not None:
         set_num_threads(num_threads)
     return compiled
@@ -123,12 +131,15 @@ def _keyable(quantize: QuantConfig | None) -> QuantConfig | None:
 
 
 def _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precision) -> CompiledModel:
-    imported = relax_module(model, input_shapes)
-    quantize = calibrated(model, imported, quantize, tvm_target, input_shapes)  # once, for every target
+    with phase("import"):
+        imported = relax_module(model, input_shapes)
+    with phase("calibration"):
+        quantize = calibrated(model, imported, quantize, tvm_target, input_shapes)  # once, for every target
     compiled = _compile(imported, tvm_target, disabled, tuning, quantize, precision)
     if compiled.uses_amx:
         # Where the OS denies AMX (a VM with it off), the model runs this instead of failing.
-        compiled.fallback = _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision)
+        with phase("build without AMX"):
+            compiled.fallback = _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision)
     return compiled
 
 

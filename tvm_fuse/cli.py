@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, cache, models
+from . import api, build_timings, cache, models
 from .benchmark import random_feed
 from .compare import differences, onnxruntime_session, time_alternating
 from .errors import InputError, TvmFuseError
@@ -93,6 +93,8 @@ def cmd_build(args) -> int:
     output = Path(args.output or Path(args.model).stem + ".so")
     model.export(output)
     print(f"built {args.model} for {target_string(model.target, brief=True)}")
+    if args.timings:
+        print(build_timings.table(model.fusion_report()["build_seconds"]))
     print(f"wrote {output} and {output.with_suffix('.json')}")
     return 0
 
@@ -292,6 +294,11 @@ def parser() -> argparse.ArgumentParser:
 
     build = command("build", cmd_build, "compile a model and export it as a shared library")
     build.add_argument("-o", "--output", help="library path (default: MODEL's name with .so); metadata goes beside it as .json")
+    build.add_argument("--timings", action="store_true",
+                       help="print the seconds of each phase of the build (import, canonicalize, layout, fuse, "
+                            "schedule kernels, legalize, code generation and its Relax finalize and TIR lowering, "
+                            "calibration, the build without AMX, the cache), as `fusion_report()['build_seconds']` "
+                            "holds them")
 
     run = command("run", cmd_run, "run a model (.onnx, a named model, or an exported .so) and print its outputs")
     run.add_argument("--input", action="append", type=_input_arg, metavar="NAME=FILE.npy",

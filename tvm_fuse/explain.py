@@ -44,6 +44,7 @@ class FusionReport:
     disabled_families: list[str] = field(default_factory=list)
     tuned_kernels: int = 0  # distinct kernels of ours scheduled with a tuning record's knobs
     default_kernels: int = 0  # ... with their schedule's heuristic default
+    build_seconds: dict[str, float] = field(default_factory=dict)  # per phase (`build_timings`); a cache hit's own
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,0 +1,111 @@
+"""Build times: tvm_fuse's build of each model (fp32, bf16, int8 on a calibration table made
+beforehand, and a build-cache hit) beside OpenVINO's `compile_model` and ONNX Runtime's session
+creation, each from the ONNX model in memory, in one process, one after another.
+
+    python bench/build_times.py [--models resnet50 densenet121 ...] [--no-openvino] [--no-bf16] [--no-int8]
+                                [--phases] [--markdown build_times.md]
+
+A precision the host cannot build (bf16 without AVX512-BF16) is left out. `--phases` prints each
+fp32 build's seconds per phase (`fusion_report()["build_seconds"]`). Ratios are ours over the
+other's: below 1 we are faster. The geomean rows cover the CNNs of `bench/models.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import tvm_fuse
+from tvm_fuse import build_timings
+from tvm_fuse.benchmark import random_feed
+from tvm_fuse.compare import onnxruntime_session
+from tvm_fuse.frontend.importer import graph_inputs
+from tvm_fuse.quantization.calibrate import quantize
+
+from models import CNNS, REAL_MODELS, OpenVINOSession, cpu_model, model_and_feed  # noqa: E402
+
+CALIBRATION_FEEDS = 4  # the table's samples; calibrating is not part of an int8 build here
+
+
+def _seconds(work) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
+
+
+def measure(name: str, args) -> dict:
+    model, _ = model_and_feed(name, 1)
+    data = model.SerializeToString()
+    features = tvm_fuse.host_features()
+    row = {"model": name}
+    row["fp32"], built = _seconds(lambda: tvm_fuse.build(model))
+    row["phases"] = built.fusion_report()["build_seconds"]
+    if not args.no_bf16 and "avx512_bf16" in features:
+        row["bf16"], _ = _seconds(lambda: tvm_fuse.build(model, precision="bf16"))
+    if not args.no_int8 and features & {"avx2", "avx512bw"}:
+        inputs = graph_inputs(model)
+        feeds = [random_feed(inputs, np.random.default_rng(i)) for i in range(CALIBRATION_FEEDS)]
+        table = quantize(model, feeds)
+        row["int8"], _ = _seconds(lambda: tvm_fuse.build(model, quantize=tvm_fuse.QuantConfig(calibration=table)))
+    with tempfile.TemporaryDirectory() as folder:
+        tvm_fuse.build(model, cache_dir=folder)
+        row["cache hit"], _ = _seconds(lambda: tvm_fuse.build(model, cache_dir=folder))
+    row["onnxruntime"], _ = _seconds(lambda: onnxruntime_session(onnx.load_from_string(data), 2))
+    if not args.no_openvino:
+        row["openvino"], _ = _seconds(lambda: OpenVINOSession(onnx.load_from_string(data), 2))
+    return row
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def markdown(rows: list[dict]) -> str:
+    columns = [c for c in ("fp32", "bf16", "int8", "cache hit", "onnxruntime", "openvino") if any(c in r for r in rows)]
+    lines = ["| model | " + " | ".join(f"{c} s" for c in columns) + " | fp32 / OpenVINO | fp32 / ONNX Runtime |",
+             "|---|" + "---|" * (len(columns) + 2)]
+    for row in rows:
+        cells = [f"{row[c]:.2f}" if c in row else "" for c in columns]
+        ratios = [f"{row['fp32'] / row[other]:.1f}" if other in row else "" for other in ("openvino", "onnxruntime")]
+        lines.append(f"| {row['model']} | " + " | ".join(cells + ratios) + " |")
+    cnns = [r for r in rows if r["model"] in CNNS]
+    for other in ("openvino", "onnxruntime"):
+        mean = _geomean([r["fp32"] / r[other] for r in cnns if other in r])
+        if mean is not None:
+            lines.append(f"\nGeomean over the CNNs, our fp32 build / {other}: {mean:.1f}x")
+    for precision in ("bf16", "int8"):
+        mean = _geomean([r[precision] / r["fp32"] for r in rows if precision in r])
+        if mean is not None:
+            lines.append(f"Geomean {precision} build / fp32 build: {mean:.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=[*CNNS, *REAL_MODELS])
+    parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument("--no-bf16", action="store_true")
+    parser.add_argument("--no-int8", action="store_true")
+    parser.add_argument("--phases", action="store_true", help="print each fp32 build's seconds per phase")
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    rows = []
+    for name in args.models:
+        rows.append(measure(name, args))
+        print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in rows[-1].items() if k != "phases"}, flush=True)
+        if args.phases:
+            print(build_timings.table(rows[-1]["phases"]))
+    table = f"Host: {cpu_model()}.\n\n" + markdown(rows)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
