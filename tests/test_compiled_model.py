@@ -270,6 +270,17 @@ def test_where_the_os_denies_amx_a_model_runs_its_build_without_amx(monkeypatch,
         np.testing.assert_array_equal(y, vnni)  # the same int8 kernels, on VNNI
 
 
+def test_an_amx_build_compiles_its_build_without_amx_once_and_only_when_asked(monkeypatch):
+    from tvm_fuse import api
+
+    compiles, compile_ = [], api._compile
+    monkeypatch.setattr(api, "_compile", lambda *a, **k: compiles.append(1) or compile_(*a, **k))
+    target = f"llvm -mcpu={host_cpu()} -mattr=+amx-tile,+amx-int8,+amx-bf16"
+    model = tvm_fuse.build(residual_block(), target, quantize=tvm_fuse.QuantConfig(calibration=TABLE))
+    assert model.uses_amx and len(compiles) == 1
+    assert model.fallback is not None and model.fallback is model.fallback and len(compiles) == 2
+
+
 def test_a_model_on_amx_tiles_without_its_fallback_refuses_to_run_where_the_os_denies_amx(monkeypatch, tmp_path):
     model, _, x = _amx_model(tmp_path)
     model.fallback = None  # as an export from before models carried one

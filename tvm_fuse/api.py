@@ -80,9 +80,11 @@ def build(
             kept. Safe with several processes building at once; an entry that does not load
             is rebuilt, with a warning. See `tvm_fuse.cache` and `tvm-fuse cache`.
 
-    A model with kernels on AMX tiles also carries a build of itself without them (the same
-    target with AMX off, `CompiledModel.fallback`; compiling takes twice as long), which runs,
-    with a warning, where the operating system denies this process AMX.
+    A model with kernels on AMX tiles also has a build of itself without them (the same target
+    with AMX off, `CompiledModel.fallback`), which runs, with a warning, where the operating
+    system denies this process AMX. It is compiled when first needed: by `export` (which writes
+    it beside the model), or by a run where AMX is denied; until then the model keeps its
+    imported graph for it.
 
     Raises:
         ModelLoadError (UnsupportedOpsError lists every unsupported node), TargetError,
@@ -137,9 +139,10 @@ def _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precisio
         quantize = calibrated(model, imported, quantize, tvm_target, input_shapes)  # once, for every target
     compiled = _compile(imported, tvm_target, disabled, tuning, quantize, precision)
     if compiled.uses_amx:
-        # Where the OS denies AMX (a VM with it off), the model runs this instead of failing.
-        with phase("build without AMX"):
-            compiled.fallback = _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision)
+        # Where the OS denies AMX (a VM with it off), the model runs this instead of failing;
+        # compiled only when an export or such a run needs it.
+        compiled.compile_fallback_later(
+            lambda: _compile(imported, without_amx(tvm_target), disabled, tuning, quantize, precision))
     return compiled
 
 

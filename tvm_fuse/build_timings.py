@@ -2,7 +2,7 @@
 `tvm-fuse build --timings`).
 
 `build` records inside `recording()`; each step of it runs in a `phase`. A phase's seconds leave
-out the phases nested in it, which are named after it ("build without AMX / fuse"), and what
+out the phases nested in it, which are named after it ("code generation / TIR lowering"), and what
 no phase covers is "other", so the phases add up to the whole build. Outside `recording()` a
 phase costs nothing.
 """

@@ -297,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--timings", action="store_true",
                        help="print the seconds of each phase of the build (import, canonicalize, layout, fuse, "
                             "schedule kernels, legalize, code generation and its Relax finalize and TIR lowering, "
-                            "calibration, the build without AMX, the cache), as `fusion_report()['build_seconds']` "
+                            "calibration, the cache), as `fusion_report()['build_seconds']` "
                             "holds them")
 
     run = command("run", cmd_run, "run a model (.onnx, a named model, or an exported .so) and print its outputs")

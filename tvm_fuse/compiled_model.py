@@ -43,10 +43,32 @@ class CompiledModel:
         self.features = frozenset(features)  # ISA features the code may use
         self.precision = precision  # "fp32" or "bf16": what `build(precision=...)` made
         self.uses_amx = uses_amx  # whether kernels run AMX tile programs: they need the OS's leave
-        self.fallback: CompiledModel | None = None  # the same model without AMX, where the OS denies it
+        self._fallback: CompiledModel | None = None
+        self._compile_fallback = None  # makes `fallback` when first asked, in a model built here
+        self._fallback_lock = threading.Lock()
         # A VM runs one call at a time: each thread that runs the model gets its own, and its
         # own input buffers.
         self._per_thread = threading.local()
+
+    @property
+    def fallback(self) -> CompiledModel | None:
+        """The same model built without AMX, which runs where the OS denies this process AMX.
+        A model built in this process compiles it when first asked: by `export`, or by a run
+        without AMX; a model `load`ed has it from its export."""
+        with self._fallback_lock:
+            if self._compile_fallback is not None:
+                self._fallback, self._compile_fallback = self._compile_fallback(), None
+            return self._fallback
+
+    @fallback.setter
+    def fallback(self, model: CompiledModel | None) -> None:
+        with self._fallback_lock:
+            self._fallback, self._compile_fallback = model, None
+
+    def compile_fallback_later(self, compile_fallback) -> None:
+        """Have `fallback` made by `compile_fallback()` when first asked."""
+        with self._fallback_lock:
+            self._fallback, self._compile_fallback = None, compile_fallback
 
     # -- signature -------------------------------------------------------------------------
     def get_inputs(self) -> list[TensorInfo]:
