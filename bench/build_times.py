@@ -3,7 +3,7 @@ beforehand, and a build-cache hit) beside OpenVINO's `compile_model` and ONNX Ru
 creation, each from the ONNX model in memory, in one process, one after another.
 
     python bench/build_times.py [--models resnet50 densenet121 ...] [--no-openvino] [--no-bf16] [--no-int8]
-                                [--phases] [--markdown build_times.md]
+                                [--no-cache] [--phases] [--markdown build_times.md]
 
 A precision the host cannot build (bf16 without AVX512-BF16) is left out. `--phases` prints each
 fp32 build's seconds per phase (`fusion_report()["build_seconds"]`). Ratios are ours over the
@@ -25,10 +25,9 @@ import tvm_fuse
 from tvm_fuse import build_timings
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.compare import onnxruntime_session
-from tvm_fuse.frontend.importer import graph_inputs
 from tvm_fuse.quantization.calibrate import quantize
 
-from models import CNNS, REAL_MODELS, OpenVINOSession, cpu_model, model_and_feed  # noqa: E402
+from models import CNNS, REAL_MODELS, OpenVINOSession, cpu_model, model_and_feed
 
 CALIBRATION_FEEDS = 4  # the table's samples; calibrating is not part of an int8 build here
 
@@ -40,22 +39,25 @@ def _seconds(work) -> tuple[float, object]:
 
 
 def measure(name: str, args) -> dict:
-    model, _ = model_and_feed(name, 1)
+    model, feed = model_and_feed(name, 1)
+    # A real model builds at the shapes of its own feed, as ONNX Runtime and OpenVINO run it.
+    shapes = {k: v.shape for k, v in feed.items()} if feed is not None and name in REAL_MODELS else None
     data = model.SerializeToString()
     features = tvm_fuse.host_features()
     row = {"model": name}
-    row["fp32"], built = _seconds(lambda: tvm_fuse.build(model))
-    row["phases"] = built.fusion_report()["build_seconds"]
+    row["fp32"], built = _seconds(lambda: tvm_fuse.build(model, input_shapes=shapes))
+    row["phases"] = built.fusion_report().get("build_seconds", {})
     if not args.no_bf16 and "avx512_bf16" in features:
-        row["bf16"], _ = _seconds(lambda: tvm_fuse.build(model, precision="bf16"))
+        row["bf16"], _ = _seconds(lambda: tvm_fuse.build(model, input_shapes=shapes, precision="bf16"))
     if not args.no_int8 and features & {"avx2", "avx512bw"}:
-        inputs = graph_inputs(model)
-        feeds = [random_feed(inputs, np.random.default_rng(i)) for i in range(CALIBRATION_FEEDS)]
-        table = quantize(model, feeds)
-        row["int8"], _ = _seconds(lambda: tvm_fuse.build(model, quantize=tvm_fuse.QuantConfig(calibration=table)))
-    with tempfile.TemporaryDirectory() as folder:
-        tvm_fuse.build(model, cache_dir=folder)
-        row["cache hit"], _ = _seconds(lambda: tvm_fuse.build(model, cache_dir=folder))
+        feeds = [random_feed(built.get_inputs(), np.random.default_rng(i)) for i in range(CALIBRATION_FEEDS)]
+        table = quantize(model, feeds, input_shapes=shapes)
+        row["int8"], _ = _seconds(lambda: tvm_fuse.build(model, input_shapes=shapes,
+                                                         quantize=tvm_fuse.QuantConfig(calibration=table)))
+    if not args.no_cache:
+        with tempfile.TemporaryDirectory() as folder:
+            tvm_fuse.build(model, input_shapes=shapes, cache_dir=folder)
+            row["cache hit"], _ = _seconds(lambda: tvm_fuse.build(model, input_shapes=shapes, cache_dir=folder))
     row["onnxruntime"], _ = _seconds(lambda: onnxruntime_session(onnx.load_from_string(data), 2))
     if not args.no_openvino:
         row["openvino"], _ = _seconds(lambda: OpenVINOSession(onnx.load_from_string(data), 2))
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--no-bf16", action="store_true")
     parser.add_argument("--no-int8", action="store_true")
+    parser.add_argument("--no-cache", action="store_true", help="leave out the cache hit")
     parser.add_argument("--phases", action="store_true", help="print each fp32 build's seconds per phase")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()

@@ -7,6 +7,7 @@ table `FIXUPS` says, per entry, which importer gap it closes.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,15 +16,47 @@ import onnx
 from onnx import helper, numpy_helper
 
 
-def constant_values(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+class ConstantValues(MutableMapping):
+    """Values known at import time, by name: initializers and Constant nodes with a tensor
+    value, each converted to numpy when first read (the fix-ups read a few small ones; a
+    model's weights, hundreds of MB, are never converted for them), and values set since."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self._tensors: dict[str, onnx.TensorProto | None] = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant":
+                for attribute in node.attribute:
+                    if attribute.name == "value":
+                        self._tensors[node.output[0]] = attribute.t
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._tensors[name])
+        return self._arrays[name]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self._tensors[name], self._arrays[name] = None, value
+
+    def __delitem__(self, name: str) -> None:
+        del self._tensors[name]
+        self._arrays.pop(name, None)
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def size(self, name: str) -> int:
+        """Elements of the value `name`, read without converting it."""
+        tensor = self._tensors[name]
+        return int(np.prod(tensor.dims)) if tensor is not None else int(np.asarray(self._arrays[name]).size)
+
+
+def constant_values(graph: onnx.GraphProto) -> ConstantValues:
     """Values known at import time: initializers and Constant nodes with a tensor value."""
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    values[node.output[0]] = numpy_helper.to_array(attribute.t)
-    return values
+    return ConstantValues(graph)
 
 
 def _replace_nodes(model: onnx.ModelProto, rewrite: Callable) -> onnx.ModelProto:
@@ -113,10 +146,28 @@ _FOLD_LIMIT = 1024  # elements of each input and output: shape and pads arithmet
 _NEVER_FOLDED = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with the data of its initializers of more than `_FOLD_LIMIT` elements left out
+    (their names, types and dims kept): all shape inference reads, without copying or
+    serializing the weights."""
+    graph = onnx.GraphProto(name=model.graph.name)
+    for field in ("node", "input", "output", "value_info", "sparse_initializer"):
+        getattr(graph, field).extend(getattr(model.graph, field))
+    for tensor in model.graph.initializer:
+        if int(np.prod(tensor.dims)) <= _FOLD_LIMIT:
+            graph.initializer.append(tensor)
+        else:
+            graph.initializer.append(onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims))
+    skeleton = onnx.ModelProto(ir_version=model.ir_version, graph=graph)
+    skeleton.opset_import.extend(model.opset_import)
+    skeleton.functions.extend(model.functions)
+    return skeleton
+
+
 def _static_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
     """Tensor name -> its shape, for the tensors whose shape ONNX's shape inference knows fully."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(_skeleton(model))
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         return {}
     shapes = {}
@@ -193,9 +244,9 @@ def _fold_once(model: onnx.ModelProto) -> onnx.ModelProto:
                 or not node.input or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                          for a in node.attribute)):
             return [node]
-        inputs = [constants.get(name) if name else None for name in node.input]
-        if any(name and (value is None or value.size > _FOLD_LIMIT) for name, value in zip(node.input, inputs)):
+        if any(name and (name not in constants or constants.size(name) > _FOLD_LIMIT) for name in node.input):
             return [node]
+        inputs = [constants[name] if name else None for name in node.input]
         values = _evaluated(node, inputs, model)
         if values is None or any(np.asarray(v).size > _FOLD_LIMIT for v in values):
             return [node]

@@ -220,8 +220,9 @@ class _NamingImporter(ONNXGraphImporter):
         # Nodes are numbered in the user's model (`branches.numbered_graphs`): a branch's nodes
         # by their outputs, which its fix-ups keep; sibling branches may reuse output names.
         self._node_numbers = numbers if numbers is not None else node_numbers(model.graph)
+        # Branches only: keying the main graph would serialize its weights.
         self._first_numbers = first_numbers if first_numbers is not None else {
-            graph_key(graph): first for graph, first in numbered_graphs(model.graph)}
+            graph_key(graph): first for graph, first in numbered_graphs(model.graph) if graph is not model.graph}
         self._current_node: int | None = None
         self._current_if_node: onnx.NodeProto | None = None
         self._current_if = ""
