@@ -94,28 +94,32 @@ def build(
     disabled = disabled_families(disable_fusion)
     logs = log_paths(tuning_logs)
     folder = cache.cache_dir(cache_dir)
-    compiled = None
     with build_timings.recording() as seconds:
-        if folder is not None:
-            with phase("cache lookup"):
-                model_bytes, model = cache.model_bytes(model)
-                quantize = _keyable(checked_config(quantize))
-                options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
-                           "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
-                entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
-                compiled = cache.lookup(folder, entry_key)
-        if compiled is None:
-            with phase("read tuning logs"):
-                tuning = TuningDatabase.load(logs)
-            compiled = _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precision)
-            if folder is not None:
-                with phase("cache store"):
-                    cache.store(folder, entry_key, compiled, {"model": cache.model_name(model),
-                                                              "target": target_string(tvm_target), **options,
-                                                              "quantize": quantize is not None})
+        if folder is None:
+            compiled = _build(model, tvm_target, input_shapes, disabled, logs, quantize, precision)
+        else:
+            compiled = _cached_build(folder, model, tvm_target, input_shapes, disabled, logs, quantize, precision)
     compiled._report.build_seconds = seconds
     if num_threads is not None:
         set_num_threads(num_threads)
+    return compiled
+
+
+def _cached_build(folder: Path, model, tvm_target, input_shapes, disabled, logs, quantize, precision) -> CompiledModel:
+    """The build kept in `folder` under the key of these arguments, or a new one, kept there."""
+    with phase("cache lookup"):
+        model_bytes, model = cache.model_bytes(model)
+        quantize = _keyable(checked_config(quantize))
+        options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
+                   "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
+        entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
+        compiled = cache.lookup(folder, entry_key)
+    if compiled is None:
+        compiled = _build(model, tvm_target, input_shapes, disabled, logs, quantize, precision)
+        with phase("cache store"):
+            described = {"model": cache.model_name(model), "target": target_string(tvm_target), **options,
+                         "quantize": quantize is not None}
+            cache.store(folder, entry_key, compiled, described)
     return compiled
 
 
@@ -132,7 +136,9 @@ def _keyable(quantize: QuantConfig | None) -> QuantConfig | None:
     return replace(quantize, calibration=calibration)
 
 
-def _build(model, tvm_target, input_shapes, disabled, tuning, quantize, precision) -> CompiledModel:
+def _build(model, tvm_target, input_shapes, disabled, logs, quantize, precision) -> CompiledModel:
+    with phase("read tuning logs"):
+        tuning = TuningDatabase.load(logs)
     with phase("import"):
         imported = relax_module(model, input_shapes)
     with phase("calibration"):

@@ -42,6 +42,9 @@ class ConstantValues(MutableMapping):
         del self._tensors[name]
         self._arrays.pop(name, None)
 
+    def __contains__(self, name) -> bool:  # without converting the value, as Mapping's would
+        return name in self._tensors
+
     def __iter__(self):
         return iter(self._tensors)
 
