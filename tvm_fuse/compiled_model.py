@@ -153,7 +153,8 @@ class CompiledModel:
     def fusion_report(self) -> dict:
         """What fusion did, as JSON-ready data: `kernels` ({name, pattern, onnx_nodes}),
         `unfused` ({onnx_node, op_type, reason}), `folded` (nodes with no run-time work),
-        `layout_transforms` and `disabled_families`. `tvm-fuse explain` prints it."""
+        `layout_transforms`, `disabled_families` and `build_seconds` (per phase of the build,
+        `build_timings`). `tvm-fuse explain` prints it."""
         return self._report.to_json()
 
     def assembly(self) -> str:
