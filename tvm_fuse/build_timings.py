@@ -2,7 +2,7 @@
 `tvm-fuse build --timings`).
 
 `build` records inside `recording()`; each step of it runs in a `phase`. A phase's seconds leave
-out the phases nested in it, which are named after it ("code generation / TIR lowering"), and what
+out the phases nested in it, which are named after it ("outer / inner"), and what
 no phase covers is "other", so the phases add up to the whole build. Outside `recording()` a
 phase costs nothing.
 """
@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-import tvm
 
 _seconds: ContextVar[dict[str, float] | None] = ContextVar("tvm_fuse_build_seconds", default=None)
 _open: ContextVar[tuple[list, ...]] = ContextVar("tvm_fuse_open_phases", default=())  # [name, nested seconds]
@@ -52,17 +51,6 @@ def phase(name: str) -> Iterator[None]:
         _open.reset(token)
         seconds[frame[0]] = seconds.get(frame[0], 0.0) + elapsed - frame[1]
         outer[-1][1] += elapsed
-
-
-def timed(name: str, inner: tvm.transform.Pass) -> tvm.transform.Pass:
-    """`inner`, run as a phase `name`."""
-
-    @tvm.transform.module_pass(opt_level=0, name=f"tvm_fuse.timed.{name}")
-    def run(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        with phase(name):
-            return inner(mod)
-
-    return run
 
 
 def table(seconds: dict[str, float]) -> str:

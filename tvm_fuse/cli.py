@@ -296,7 +296,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("-o", "--output", help="library path (default: MODEL's name with .so); metadata goes beside it as .json")
     build.add_argument("--timings", action="store_true",
                        help="print the seconds of each phase of the build (import, canonicalize, layout, fuse, "
-                            "schedule kernels, legalize, code generation and its Relax finalize and TIR lowering, "
+                            "schedule kernels, legalize, Relax finalize, code generation (TIR lowering and LLVM, "
+                            "on every core), "
                             "calibration, the cache), as `fusion_report()['build_seconds']` "
                             "holds them")
 

@@ -13,6 +13,7 @@ from tvm import relax
 from . import artifact
 from .amx import amx_permitted
 from .benchmark import Latency, random_feed, time_runs
+from .codegen import llvm_modules
 from .errors import TvmFuseError
 from .explain import FusionReport
 from .feed import check_feed, exact_arrays, output_indices, static_signature
@@ -160,7 +161,7 @@ class CompiledModel:
     def assembly(self) -> str:
         """The generated x86 assembly of every kernel, as text."""
         module = getattr(self._library, "mod", self._library)  # Executable, or a loaded Module
-        sources = [m.inspect_source("asm") for m in module.imports if m.kind == "llvm"]
+        sources = [m.inspect_source("asm") for m in llvm_modules(module)]
         if not sources:
             raise TvmFuseError("assembly is only available for a model built in this process, not one loaded from a library")
         return "\n".join(sources)

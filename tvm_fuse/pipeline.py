@@ -16,7 +16,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
-from .build_timings import phase, timed
+from .build_timings import phase
+from .codegen import executable
 from .patterns.table import ATTENTION_FAMILY
 from .target import isa_features
 from .transform.align_constant_ranks import AlignConstantRanks
@@ -156,11 +157,11 @@ def _tir_pipeline():
         outer = tvm.transform.PassContext.current()
         with tvm.transform.PassContext(opt_level=outer.opt_level, required_pass=outer.required_pass,
                                        disabled_pass=outer.disabled_pass, instruments=outer.instruments,
-                                       config={**outer.config, **PEELING_CONFIG}), phase("TIR lowering"):
+                                       config={**outer.config, **PEELING_CONFIG}):
             return lower(PeelTileTails()(mod))
 
     host = [StackLocalBuffers(), NativeBf16Rounding(), HoistLlvmImports(), SerialSmallKernels(), PrefetchNextStrip()]
-    return peeled_lower, lambda: timed("TIR lowering", tvm.transform.Sequential([*host, finalize_host()])), finalize_device
+    return peeled_lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device
 
 
 tirx.register_tir_pipeline(TIR_PIPELINE, _tir_pipeline)
@@ -199,7 +200,9 @@ def lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 
 
 def compile_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.relax.VMExecutable:
-    """The VM executable of `lowered(mod)`: `finalize`, then every kernel to machine code."""
-    finalizing = timed("Relax finalize", _in_target("tvm_fuse.finalize", finalize(target), target))
+    """The VM executable of `lowered(mod)`: `finalize`, then every kernel to machine code, the
+    kernels on every core (`codegen.executable`)."""
+    with phase("Relax finalize"):
+        mod = _in_target("tvm_fuse.finalize", finalize(target), target)(mod)
     with phase("code generation"):
-        return tvm.compile(mod, target=target, relax_pipeline=finalizing, tir_pipeline=TIR_PIPELINE)
+        return executable(mod, target, TIR_PIPELINE)

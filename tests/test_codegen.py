@@ -1,0 +1,43 @@
+"""Kernels compiled on every core (`tvm_fuse.codegen`): each kernel in exactly one of the
+modules, the modules joined into one executable that runs them all, exported and loaded too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import tirx
+
+import tvm_fuse
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tvm_fuse.codegen import _kernel_modules, llvm_modules
+from tvm_fuse.models import named_model
+
+
+def test_each_kernel_goes_to_exactly_one_module():
+    kernels = {f"k{i}": tirx.PrimFunc([], tirx.Evaluate(0)) for i in range(5)}
+    mod = tvm.IRModule(kernels)
+    parts = _kernel_modules(mod, 2)
+    names = [gvar.name_hint for part in parts for gvar in part.get_global_vars()]
+    assert len(parts) == 2 and sorted(names) == sorted(kernels)
+    assert len(_kernel_modules(tvm.IRModule({"k": kernels["k0"]}), 4)) == 1  # no empty modules
+
+
+def _squeezenet_on_two_cores(monkeypatch):
+    monkeypatch.setattr("tvm_fuse.codegen.host_cores", lambda: 2)
+    model = named_model("squeezenet", batch=1)
+    return model, tvm_fuse.build(model, AVX512_TARGET)
+
+
+def test_a_model_on_two_cores_is_one_executable_of_two_kernel_modules(monkeypatch):
+    _, built = _squeezenet_on_two_cores(monkeypatch)
+    assert len(llvm_modules(built._library.mod)) == 2
+
+
+@pytest.mark.avx512
+def test_a_model_compiled_on_two_cores_runs_and_exports(tmp_path, monkeypatch):
+    model, built = _squeezenet_on_two_cores(monkeypatch)
+    feed = {built.get_inputs()[0].name: np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    loaded = tvm_fuse.load(built.export(tmp_path / "squeezenet.so"))
+    assert_close(built.run(None, feed), ort_outputs(model, feed))
+    assert np.array_equal(loaded.run(None, feed)[0], built.run(None, feed)[0])

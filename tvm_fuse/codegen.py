@@ -1,0 +1,53 @@
+"""A finalized Relax module to a VM executable, its kernels compiled on every core.
+
+`tvm.compile` lowers and compiles all of a model's kernels as one module on one thread: after
+the fixes of build time, TIR lowering and LLVM's code generation were the largest part of a
+build (DenseNet-121: 5 of 10 s). Kernels are independent functions, and TVM's compiler runs
+without Python's lock, so here they are split into one module per core, compiled by threads at
+once, and the modules joined by importing them into the first (the VM finds a kernel in any
+module its library imports; `export` writes them all). The rest is TVM's own VM code
+generation and link (`relax.vm_build`), for a CPU target without external libraries.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import tvm
+from tvm import relax, tirx
+from tvm.relax import _ffi_api as relax_ffi
+
+from .target import host_cores
+
+
+def llvm_modules(module: tvm.runtime.Module) -> list[tvm.runtime.Module]:
+    """The LLVM modules of `module` and of the modules it imports, at any depth: an
+    executable's kernels, one module per core that compiled them."""
+    found = [module] if module.kind == "llvm" else []
+    return found + [m for imported in module.imports for m in llvm_modules(imported)]
+
+
+def _kernel_modules(mod: tvm.IRModule, parts: int) -> list[tvm.IRModule]:
+    """`mod`'s kernels (its PrimFuncs) in up to `parts` modules, dealt out in turn."""
+    kernels = sorted(((gvar, f) for gvar, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)),
+                     key=lambda item: item[0].name_hint)
+    groups = [kernels[i::parts] for i in range(parts)]
+    return [tvm.IRModule(dict(group), attrs=mod.attrs) for group in groups if group]
+
+
+def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) -> relax.VMExecutable:
+    """The VM executable of `mod` (a Relax module after the finalize passes), its kernels lowered
+    by `tir_pipeline` and compiled in parallel."""
+    attrs = dict(mod.attrs) if mod.attrs else {}
+    if attrs.get("external_mods"):
+        raise ValueError("external modules are not supported here")
+    constants = dict(attrs.get("const_name_to_constant", {}))
+    builder = relax.ExecBuilder()
+    leftover = relax_ffi.VMCodeGen(builder, mod)
+    parts = _kernel_modules(leftover, host_cores())
+    with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
+        libraries = list(pool.map(lambda part: tvm.tirx.build(part, target=target, pipeline=tir_pipeline), parts))
+    library = libraries[0] if libraries else None
+    for other in libraries[1:]:
+        library.import_module(other)
+    return relax.VMExecutable(relax_ffi.VMLink(builder, target, library, [], constants))
