@@ -75,7 +75,8 @@ def test_avx2_conv_tile_stays_in_registers():
     # (53 stack moves here) and ran 1.3-1.9x slower; the budgeted tile spills none of them.
     text = tvm_fuse.build(_model("wide_1x1_conv"), "llvm -mcpu=haswell").assembly()
     stack_moves = [line for line in text.splitlines() if re.search(r"%ymm\d+, -?\d*\(%rsp\)|\(%rsp\), %ymm", line)]
-    assert len(stack_moves) <= 1, stack_moves[:8]  # one zeroes an error path's call arguments
+    modules = text.count('.file\t"TVMMod"')  # the kernel modules, one per core that compiled them
+    assert len(stack_moves) <= modules, stack_moves[:8]  # one a module zeroes an error path's call arguments
 
 
 @pytest.mark.parametrize("target, accumulators", [(AVX512_TARGET, 24), ("llvm -mcpu=haswell", 8)])
