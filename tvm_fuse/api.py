@@ -112,13 +112,13 @@ def _cached_build(folder: Path, model, tvm_target, input_shapes, disabled, logs,
         quantize = _keyable(checked_config(quantize))
         options = {"input_shapes": {name: list(shape) for name, shape in (input_shapes or {}).items()},
                    "disabled": sorted(disabled), "quantize": quantize, "precision": precision}
-        entry_key = cache.key(model_bytes, target_string(tvm_target), options, logs)
+        target = target_string(tvm_target)
+        entry_key = cache.key(model_bytes, target, options, logs)
         compiled = cache.lookup(folder, entry_key)
     if compiled is None:
         compiled = _build(model, tvm_target, input_shapes, disabled, logs, quantize, precision)
         with phase("cache store"):
-            described = {"model": cache.model_name(model), "target": target_string(tvm_target), **options,
-                         "quantize": quantize is not None}
+            described = {"model": cache.model_name(model), "target": target, **options, "quantize": quantize is not None}
             cache.store(folder, entry_key, compiled, described)
     return compiled
 

@@ -36,7 +36,7 @@ _MODEL_HELP = (
     "transformer_encoder"
 )
 _CACHE_HELP = (
-    f"keep builds in DIR and load a kept one instead of compiling when the model, target, options, tuning "
+    "keep builds in DIR and load a kept one instead of compiling when the model, target, options, tuning "
     f"records and versions all match (default: ${cache.ENV_CACHE_DIR}, else no cache); see `tvm-fuse cache`"
 )
 _TARGET_HELP = (

@@ -27,6 +27,14 @@ def llvm_modules(module: tvm.runtime.Module) -> list[tvm.runtime.Module]:
     return found + [m for imported in module.imports for m in llvm_modules(imported)]
 
 
+def pass_context_like(outer: tvm.transform.PassContext, config: dict | None = None) -> tvm.transform.PassContext:
+    """A PassContext with `outer`'s settings and `config` added: for a pass that needs more
+    configuration, and for a thread (TVM keeps the current context per thread)."""
+    return tvm.transform.PassContext(opt_level=outer.opt_level, required_pass=outer.required_pass,
+                                     disabled_pass=outer.disabled_pass, instruments=outer.instruments,
+                                     config={**outer.config, **(config or {})})
+
+
 def _kernel_modules(mod: tvm.IRModule, parts: int) -> list[tvm.IRModule]:
     """`mod`'s kernels (its PrimFuncs) in up to `parts` modules, dealt out in turn."""
     kernels = sorted(((gvar, f) for gvar, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)),
@@ -45,8 +53,14 @@ def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) 
     builder = relax.ExecBuilder()
     leftover = relax_ffi.VMCodeGen(builder, mod)
     parts = _kernel_modules(leftover, host_cores())
+    outer = tvm.transform.PassContext.current()
+
+    def build(part: tvm.IRModule) -> tvm.runtime.Module:
+        with pass_context_like(outer):  # the caller's settings, in this thread too
+            return tvm.tirx.build(part, target=target, pipeline=tir_pipeline)
+
     with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
-        libraries = list(pool.map(lambda part: tvm.tirx.build(part, target=target, pipeline=tir_pipeline), parts))
+        libraries = list(pool.map(build, parts))
     library = libraries[0] if libraries else None
     for other in libraries[1:]:
         library.import_module(other)

@@ -17,7 +17,7 @@ from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .build_timings import phase
-from .codegen import executable
+from .codegen import executable, pass_context_like
 from .patterns.table import ATTENTION_FAMILY
 from .target import isa_features
 from .transform.align_constant_ranks import AlignConstantRanks
@@ -154,10 +154,7 @@ def _tir_pipeline():
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.lower")
     def peeled_lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        outer = tvm.transform.PassContext.current()
-        with tvm.transform.PassContext(opt_level=outer.opt_level, required_pass=outer.required_pass,
-                                       disabled_pass=outer.disabled_pass, instruments=outer.instruments,
-                                       config={**outer.config, **PEELING_CONFIG}):
+        with pass_context_like(tvm.transform.PassContext.current(), PEELING_CONFIG):
             return lower(PeelTileTails()(mod))
 
     host = [StackLocalBuffers(), NativeBf16Rounding(), HoistLlvmImports(), SerialSmallKernels(), PrefetchNextStrip()]
