@@ -6,6 +6,8 @@ in a register tile (`local` scope), which is what the kernels' `cache_write` mak
 
 from __future__ import annotations
 
+import threading
+
 from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
@@ -17,8 +19,24 @@ _LLVM = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", 
          8: ("llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")}
 
 
+# Each product is registered on first use: parsing their TVMScript took most of `import tvm_fuse`.
+_REGISTERING = threading.Lock()
+
+
+def _registered(name: str, register) -> str:
+    """`name`, after `register()` has registered it unless it already was."""
+    with _REGISTERING:
+        if TensorIntrin.get(name, allow_missing=True) is None:
+            register()
+    return name
+
+
 def dot_product(lanes: int, vnni: bool) -> str:
     """The registered name of the `lanes` x 4 dot product, with VNNI or without."""
+    return _registered(_dot_name(lanes, vnni), lambda: _register(lanes))
+
+
+def _dot_name(lanes: int, vnni: bool) -> str:
     return f"tvm_fuse.dot_{lanes}x4_u8s8s32_{'vnni' if vnni else 'avx512'}"
 
 
@@ -79,12 +97,8 @@ def _register(lanes: int) -> None:
             C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(
                 T.llvm_lookup_intrinsic_id(pmaddwd), summed, T.broadcast(T.int16(1), 2 * lanes), dtype=acc)
 
-    TensorIntrin.register(dot_product(lanes, True), desc, vnni)
-    TensorIntrin.register(dot_product(lanes, False), desc, avx512)
-
-
-for _lanes in _LLVM:
-    _register(_lanes)
+    TensorIntrin.register(_dot_name(lanes, True), desc, vnni)
+    TensorIntrin.register(_dot_name(lanes, False), desc, avx512)
 
 
 # bf16 x bf16 -> fp32 pair dot products, `acc[i] += a[2i+1] * b[2i+1] + a[2i] * b[2i]` over 32-bit
@@ -95,7 +109,8 @@ for _lanes in _LLVM:
 # documented order of operations, so the kernels can be checked on hosts without the instruction.
 def bf16_dot_product(lanes: int, native: bool) -> str:
     """The registered name of the `lanes` x 2 bf16 dot product, on `vdpbf16ps` or portable."""
-    return f"tvm_fuse.dot_{lanes}x2_bf16f32_{'native' if native else 'portable'}"
+    name = f"tvm_fuse.dot_{lanes}x2_bf16f32_{'native' if native else 'portable'}"
+    return _registered(name, lambda: _register_bf16(name, lanes, native))
 
 
 def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
@@ -125,7 +140,7 @@ def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
     return name, header + "\n".join(body) + "\n}\n"
 
 
-def _register_bf16(lanes: int, native: bool) -> None:
+def _register_bf16(name: str, lanes: int, native: bool) -> None:
     function, llvm_ir = _bf16_llvm(lanes, native)
     acc, words = f"float32x{lanes}", f"int32x{lanes}"
 
@@ -160,12 +175,7 @@ def _register_bf16(lanes: int, native: bool) -> None:
                     acc, function, C.vload([0], dtype=acc), T.broadcast(word, lanes),
                     T.reinterpret(B.vload([0, 0], dtype=f"uint16x{2 * lanes}"), dtype=words))
 
-    TensorIntrin.register(bf16_dot_product(lanes, native), desc, impl)
-
-
-for _lanes in (16, 8):
-    for _native in (True, False):
-        _register_bf16(_lanes, _native)
+    TensorIntrin.register(name, desc, impl)
 
 
 # A max or min across the lanes of a vector, `c = max(c, a[0], ..., a[lanes - 1])`: its halves
@@ -180,9 +190,8 @@ def across(reduction: str, lanes: int) -> str:
     """The registered name of the `reduction` ("max" or "min") across `lanes` lanes,
     registering it on first use."""
     name = f"tvm_fuse.across_{reduction}_{lanes}"
-    if TensorIntrin.get(name, allow_missing=True) is None:
-        TensorIntrin.register(name, _across_desc(reduction, lanes), _across_impl(reduction, lanes))
-    return name
+    return _registered(name, lambda: TensorIntrin.register(name, _across_desc(reduction, lanes),
+                                                           _across_impl(reduction, lanes)))
 
 
 def _across_desc(reduction: str, lanes: int):

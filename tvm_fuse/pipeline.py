@@ -32,7 +32,7 @@ from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
-from .transform.fold_constant_layouts import FoldConstantLayouts
+from .transform.fold_constants import FoldConstants
 from .transform.fold_layout_chains import FoldLayoutChains
 from .transform.fold_pad_into_conv import FoldPadIntoConv
 from .transform.fuse_attention import FuseAttention, bf16_products
@@ -72,8 +72,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
-        FoldConstantLayouts(),
-        relax.transform.FoldConstant(),
+        FoldConstants(),
         StackedReductionToBinary(),
         RemoveNoOps(),
         FoldPadIntoConv(),
@@ -88,8 +87,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         *([] if ATTENTION_FAMILY in disabled else [PackProjections()]),
-        FoldConstantLayouts(),
-        relax.transform.FoldConstant(),
+        FoldConstants(),
     ]
 
 
@@ -100,7 +98,7 @@ def layout(target: tvm.target.Target, disabled: Collection[str], bf16: bool = Fa
     lanes = vector_lanes(target)
     wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
     return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), FoldLayoutChains(), SinkLayoutTransforms(),
-            FoldConstantLayouts(), relax.transform.FoldConstant()]
+            FoldConstants()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],

@@ -12,6 +12,8 @@ position only those terms remain.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 from tvm import te, topi
@@ -33,10 +35,14 @@ def choose_tile(out_h: int, out_w: int, table=TILE_BY_OUTPUT_SIDE) -> int | None
     return next((tile for side, tile in table if min(out_h, out_w) >= side), None)
 
 
+@functools.cache  # TOPI derives them by polynomial arithmetic, and every stage of every Winograd conv asks
 def transform_matrices(tile: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A (alpha x m), B (alpha x alpha), G (alpha x 3) of F(m, 3), alpha = m + 2."""
+    """A (alpha x m), B (alpha x alpha), G (alpha x 3) of F(m, 3), alpha = m + 2 (read-only)."""
     points = _interpolation_points(tile + KERNEL - 2)
-    return _cook_toom_convolution(points, tile, KERNEL)
+    matrices = _cook_toom_convolution(points, tile, KERNEL)
+    for matrix in matrices:
+        matrix.setflags(write=False)
+    return matrices
 
 
 def transform_weight(weight: np.ndarray, tile: int) -> np.ndarray:
