@@ -19,7 +19,7 @@ from .explain import FusionReport
 from .feed import check_feed, exact_arrays, output_indices, static_signature
 from .frontend.importer import TensorInfo
 from .target import missing_host_features
-from .threads import mark_pool_started, set_num_threads
+from .threads import configure_this_thread, in_a_live_pool, mark_pool_started, set_num_threads
 
 
 TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
@@ -128,15 +128,20 @@ class CompiledModel:
 
     def run(self, output_names, input_feed: dict, run_options=None) -> list[np.ndarray]:
         """Run the model on `input_feed` (name -> array); return the outputs named in
-        `output_names` (None: all), as numpy arrays. Threads may run one model at once."""
+        `output_names` (None: all), as numpy arrays. Threads may run one model at once, and
+        a process forked after a run runs it too."""
         del run_options  # accepted for ONNX Runtime compatibility
         wanted = output_indices(self._outputs, output_names)
         arrays = exact_arrays(self._signature, input_feed)
         if arrays is None:
             arrays = check_feed(self._inputs, input_feed)
+        return in_a_live_pool(lambda: self._run(arrays, wanted))
+
+    def _run(self, arrays: list[np.ndarray], wanted: list[int]) -> list[np.ndarray]:
         main = getattr(self._per_thread, "main", None)
         if main is None:  # looked up once per thread: a VM's function lookup costs a small model's run 10%
             main = self._per_thread.main = self._machine()["main"]
+        configure_this_thread()
         result = main(*self._device_inputs(arrays))
         results = list(result) if len(self._outputs) > 1 else [result]
         # A copy through DLPack: `Tensor.numpy()` took 7 us per output, a tenth of a small model's run.

@@ -1,27 +1,74 @@
-"""The kernels' threads: how many (`set_num_threads`), and what they do between kernels
-(`set_spinning`). TVM keeps one pool of threads per calling thread; what idle threads do is
-fixed for the whole process when its first pool starts, at the first run of a model."""
+"""The kernels' threads: how many (`set_num_threads`), what they do between kernels
+(`set_spinning`), and runs in a forked process (`in_a_live_pool`).
+
+TVM keeps one pool of threads per thread that runs kernels, started at its first parallel
+kernel; what idle threads do is fixed for the whole process when its first pool starts."""
 
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import tvm
 
 from .errors import TvmFuseError
 
 SPIN_COUNT_ENV = "TVM_THREAD_POOL_SPIN_COUNT"  # read by TVM once, as its first pool starts
+_BIG_CORES = 1  # TVM's default affinity mode
 
 _pool_started = False
+_thread_count: int | None = None  # set_num_threads's count; None: TVM's default, every core
+_this_thread = threading.local()  # .thread_count: the count this thread's pool was given
 
 
 def set_num_threads(count: int) -> None:
-    """Use `count` threads in every kernel of this process (TVM's pool is per process)."""
+    """Use `count` threads in every kernel of this process, from whichever thread it runs."""
+    global _thread_count
     if count < 1:
         raise ValueError(f"the thread count must be >= 1, got {count}")
     mark_pool_started()
-    # Affinity mode 1 ("big cores") is the default, with `count` workers.
-    tvm.get_global_func("runtime.config_threadpool")(1, count)
+    _thread_count = count
+    configure_this_thread()
+
+
+def configure_this_thread() -> None:
+    """Give this thread's pool the count of `set_num_threads`, if it has not got it (not the
+    pool of the thread that forked this process: its workers are the parent's)."""
+    if _thread_count is None or threading.get_ident() == _forked_from:
+        return
+    if getattr(_this_thread, "thread_count", None) != _thread_count:
+        tvm.get_global_func("runtime.config_threadpool")(_BIG_CORES, _thread_count)
+        _this_thread.thread_count = _thread_count
+
+
+# A forked child has only the thread that forked, and that thread's pool (if it had started one)
+# still counts on workers that stayed in the parent: a parallel kernel would wait for them
+# forever. TVM cannot restart that pool, so the child runs from that thread on a thread of its
+# own, whose pool starts fresh.
+_forked_from: int | None = None
+_after_fork: ThreadPoolExecutor | None = None
+_after_fork_lock = threading.Lock()
+
+
+def _note_fork() -> None:
+    global _forked_from, _after_fork, _after_fork_lock
+    _forked_from, _after_fork, _after_fork_lock = threading.get_ident(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
+def in_a_live_pool(work):
+    """`work()` on this thread, or, on the thread that forked this process, on a thread started
+    after the fork (its result returned, its exception raised)."""
+    if threading.get_ident() != _forked_from:
+        return work()
+    global _after_fork
+    with _after_fork_lock:
+        if _after_fork is None:
+            _after_fork = ThreadPoolExecutor(1, thread_name_prefix="tvm_fuse-after-fork")
+    return _after_fork.submit(work).result()
 
 
 def set_spinning(enabled: bool) -> None:
