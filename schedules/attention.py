@@ -13,10 +13,17 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..compute import DOT_PRODUCT_ATTR
 from ..compute.matmul import ROW_MULTIPLE
-from .common import accumulate_in_registers, accumulator_budget, divides, divisor, static_extent, \
-    store_tile, vectorize_innermost
+from ..ir_names import DOT_PRODUCT_ATTR
+from .common import (
+    accumulate_in_registers,
+    accumulator_budget,
+    divides,
+    divisor,
+    static_extent,
+    store_tile,
+    vectorize_innermost,
+)
 from .intrinsics import bf16_dot_product
 
 

@@ -6,8 +6,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
-from ..compute import SCHEDULE_RULE
-from ..transform.peel_tile_tails import PEEL_ATTR
+from ..ir_names import PEEL_ATTR, SCHEDULE_RULE
 
 
 def anchor_block(sch: s_tir.Schedule):

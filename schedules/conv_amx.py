@@ -22,8 +22,18 @@ from dataclasses import replace
 
 from tvm import s_tir
 
-from .amx import (BF16, INT8, MAX_ROWS, ROW_BYTES, TILE_REGISTERS, ConvTiles, ConvWindow, TileKind,
-                  conv_tile_product, tensorize_tiles)
+from .amx import (
+    BF16,
+    INT8,
+    MAX_ROWS,
+    ROW_BYTES,
+    TILE_REGISTERS,
+    ConvTiles,
+    ConvWindow,
+    TileKind,
+    conv_tile_product,
+    tensorize_tiles,
+)
 from .common import divisors, splits_channels, static_extent, store_tile
 from .conv_nchwc_dot import inline_elementwise, input_pass
 

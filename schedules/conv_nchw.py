@@ -10,7 +10,15 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import accumulate_in_registers, accumulator_budget, divisor, divisors, inline_epilogue, static_extent, store_tile
+from .common import (
+    accumulate_in_registers,
+    accumulator_budget,
+    divisor,
+    divisors,
+    inline_epilogue,
+    static_extent,
+    store_tile,
+)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..compute import DOT_PRODUCT_ATTR
+from ..ir_names import DOT_PRODUCT_ATTR
 from .conv_nchwc import register_tiles
 from .conv_nchwc_dot import default_dot_product_tile, schedule_dot_product_conv
 from .intrinsics import bf16_dot_product

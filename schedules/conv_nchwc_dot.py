@@ -10,8 +10,18 @@ from collections.abc import Callable
 
 from tvm import s_tir
 
-from .common import (accumulate_in_registers, accumulator_budget, divisor, fullest_tile, parallelize_leading,
-                     rows_outermost, splits_channels, static_extent, store_tile, vectorize_innermost)
+from .common import (
+    accumulate_in_registers,
+    accumulator_budget,
+    divisor,
+    fullest_tile,
+    parallelize_leading,
+    rows_outermost,
+    splits_channels,
+    static_extent,
+    store_tile,
+    vectorize_innermost,
+)
 from .conv_nchwc import default_register_tile
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values

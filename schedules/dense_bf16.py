@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ..compute import DOT_PRODUCT_ATTR
+from ..ir_names import DOT_PRODUCT_ATTR
 from .dense_dot import default_knobs, schedule_dot_product_dense
 from .dense_packed import DensePackedKnobs
 from .intrinsics import bf16_dot_product

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ..compute import DOT_PRODUCT_ATTR
+from ..ir_names import DOT_PRODUCT_ATTR
 from .common import (
     accumulate_in_registers,
     accumulator_budget,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..transform.prefetch_next_strip import PREFETCH_ATTR
+from ..ir_names import PREFETCH_ATTR
 from .common import (
     accumulate_in_registers,
     accumulator_budget,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ..compute import DOT_PRODUCT_ATTR
+from ..ir_names import DOT_PRODUCT_ATTR
 from .common import accumulate_in_registers, static_extent, store_tile
 from .intrinsics import bf16_dot_product
 from .winograd_nchwc import WinogradKnobs, default_knobs, schedule_stages

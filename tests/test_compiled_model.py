@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tvm_fuse
-from tests.conftest import AVX512_TARGET, assert_close, dense_model, ort_outputs, tiny_model
+from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, tiny_model
 from tests.quantization.models import residual_block
 from tests.quantization.test_int8_build import TABLE
 from tvm_fuse import ExportError, InputError

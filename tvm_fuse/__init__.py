@@ -16,6 +16,7 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(_host_cores()))
 from ._version import __version__  # noqa: E402
 from .api import build, load
 from .benchmark import Latency
+from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
 from .errors import (
     CompileError,
@@ -29,7 +30,6 @@ from .errors import (
 from .frontend.importer import TensorInfo
 from .quantization.calibrate import quantize
 from .quantization.config import QuantConfig
-from .quantization.table import CalibrationTable
 from .target import host_features, parse_target
 from .threads import set_num_threads, set_spinning
 

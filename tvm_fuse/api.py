@@ -12,6 +12,7 @@ import tvm
 from . import artifact, build_timings, cache
 from .amx import uses_tiles
 from .build_timings import phase
+from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
 from .errors import CompileError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
@@ -22,10 +23,8 @@ from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
 from .quantization.realization import calibrated, checked_config, realize_int8
-from .quantization.table import CalibrationTable
-from .target import isa_features, parse_target, target_string, without_amx
+from .target import isa_features, parse_target, target_string, vector_lanes, without_amx
 from .threads import set_num_threads
-from .transform.apply_schedules import vector_lanes
 from .transform.realize_bf16 import bf16_pass
 from .tuning.database import TuningDatabase, log_paths
 

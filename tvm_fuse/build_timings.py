@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-
 _seconds: ContextVar[dict[str, float] | None] = ContextVar("tvm_fuse_build_seconds", default=None)
 _open: ContextVar[tuple[list, ...]] = ContextVar("tvm_fuse_open_phases", default=())  # [name, nested seconds]
 

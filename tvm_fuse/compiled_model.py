@@ -21,7 +21,6 @@ from .frontend.importer import TensorInfo
 from .target import missing_host_features
 from .threads import configure_this_thread, in_a_live_pool, mark_pool_started, set_num_threads
 
-
 TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
 
 

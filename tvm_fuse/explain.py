@@ -20,12 +20,11 @@ from . import provenance
 from .compute import epilogue
 from .frontend.branches import all_nodes
 from .frontend.fixups import user_node_name
-from .frontend.importer import UNBUILT_ATTR, UNBUILT_NODES_ATTR, graph_functions
+from .frontend.importer import graph_functions
+from .ir_names import ANCHOR_ATTR, KERNEL_ATTR, KNOBS_ATTR, PATTERN_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
 from .patterns.switches import env_variable
-from .patterns.table import ANCHOR_ATTR, ANCHORS, PATTERN_ATTR, operands_fit
-from .schedules import KNOBS_ATTR
+from .patterns.table import ANCHORS, operands_fit
 from .transform.blocked_layout import plain_reason
-from .transform.lower_matmuls import KERNEL_ATTR
 from .transform.realize_bf16 import BF16_ATTR
 from .transform.realize_int8 import INT8_ATTR
 from .transform.rebind import use_counts

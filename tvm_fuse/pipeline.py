@@ -19,14 +19,13 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from .build_timings import phase
 from .codegen import executable, pass_context_like
 from .patterns.table import ATTENTION_FAMILY
-from .target import isa_features
+from .target import isa_features, vector_lanes
 from .transform.align_constant_ranks import AlignConstantRanks
-from .transform.apply_schedules import ApplySchedules, vector_lanes
+from .transform.apply_schedules import ApplySchedules
 from .transform.blocked_layout import BlockedLayout
 from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.concat_in_place import ConcatInPlace
-from .transform.slopes_to_max import SlopesToMax
 from .transform.conv1d_as_dense import Conv1dAsDense
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dense import CanonicalizeDense
@@ -40,8 +39,8 @@ from .transform.fuse_patterns import FusePatterns
 from .transform.hoist_llvm_imports import HoistLlvmImports
 from .transform.lower_composites import LowerComposites
 from .transform.lower_concat import LowerConcat
-from .transform.lower_rowwise import LowerRowwise
 from .transform.lower_matmuls import LowerMatmuls
+from .transform.lower_rowwise import LowerRowwise
 from .transform.native_bf16_rounding import NativeBf16Rounding
 from .transform.order_residual_adds import OrderResidualAdds
 from .transform.pack_projections import PackProjections
@@ -54,6 +53,7 @@ from .transform.remove_noops import RemoveNoOps
 from .transform.schedule_generic_kernels import ScheduleGenericKernels
 from .transform.serial_small_kernels import SerialSmallKernels
 from .transform.sink_layout_transforms import SinkLayoutTransforms
+from .transform.slopes_to_max import SlopesToMax
 from .transform.stack_local_buffers import StackLocalBuffers
 from .transform.stacked_reduction_to_binary import StackedReductionToBinary
 from .tuning.database import TuningDatabase

@@ -134,6 +134,11 @@ def isa_features(target: tvm.target.Target) -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if has(feature, target))
 
 
+def vector_lanes(target: tvm.target.Target) -> int:
+    """fp32 lanes of the target's widest vectors."""
+    return 16 if "avx512f" in isa_features(target) else 8
+
+
 def isa_class(target: tvm.target.Target) -> str:
     """The CPU class tuning records are kept by: amx, avx512-vnni, avx512 or avx2."""
     features = isa_features(target)

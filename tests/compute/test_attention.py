@@ -15,10 +15,10 @@ from tvm import te
 
 from tvm_fuse.compute.attention import KEY_MULTIPLE, attention, pad_keys
 from tvm_fuse.compute.bf16 import bits_of, value_of
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
-from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
-from tvm_fuse.target import parse_target
-from tvm_fuse.transform.apply_schedules import vector_lanes
+from tvm_fuse.schedules import apply, knob_space
+from tvm_fuse.target import parse_target, vector_lanes
 
 TARGET = parse_target("native")
 LANES = vector_lanes(TARGET)

@@ -11,8 +11,9 @@ from tvm import te
 
 from tvm_fuse.compute.bf16 import bits_of, pack_pairs, value_of
 from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
-from tvm_fuse.schedules import KNOBS_ATTR, apply
+from tvm_fuse.schedules import apply
 from tvm_fuse.target import parse_target
 
 

@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import tvm
 from tvm import s_tir, te
-from tvm_fuse.schedules import KNOBS_ATTR, apply
-from tvm_fuse.schedules.common import anchor_block
-from tvm_fuse.schedules.conv_nchwc_int8 import default_knobs
 
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
-from tvm_fuse.quantization.weights import pack_vnni
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.quantization.weights import pack_vnni
+from tvm_fuse.schedules import apply
+from tvm_fuse.schedules.common import anchor_block
+from tvm_fuse.schedules.conv_nchwc_int8 import default_knobs
 
 TARGETS = {True: "cascadelake", False: "skylake-avx512"}
 

@@ -17,9 +17,10 @@ from tvm_fuse.compute.dense_int8 import (
     quantize_rows,
     row_groups,
 )
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.quantization.weights import S7_MAX, S8_MAX
-from tvm_fuse.schedules import KNOBS_ATTR, apply
+from tvm_fuse.schedules import apply
 from tvm_fuse.target import parse_target
 
 

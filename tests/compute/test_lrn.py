@@ -12,8 +12,9 @@ import tvm
 from tvm import te
 
 from tvm_fuse.compute.lrn import local_response_norm
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
-from tvm_fuse.schedules import KNOBS_ATTR, apply, knob_space
+from tvm_fuse.schedules import apply, knob_space
 from tvm_fuse.target import parse_target
 
 

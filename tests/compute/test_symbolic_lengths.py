@@ -13,8 +13,9 @@ from tvm import s_tir, te
 
 from tvm_fuse.compute.matmul import dense_packed, matmul, pack_dense_weight
 from tvm_fuse.compute.rowwise import softmax_rows
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
-from tvm_fuse.schedules import KNOBS_ATTR, RULES, apply
+from tvm_fuse.schedules import RULES, apply
 from tvm_fuse.schedules.common import anchor_block
 from tvm_fuse.target import parse_target
 

@@ -14,9 +14,8 @@ from tvm_fuse.compute.winograd_nchwc import (
     conv2d_winograd_nchwc,
     transform_weight,
 )
-from tvm_fuse.target import parse_target
-from tvm_fuse.transform.apply_schedules import vector_lanes
 from tvm_fuse.pipeline import TIR_PIPELINE
+from tvm_fuse.target import parse_target, vector_lanes
 
 
 def _direct(x: np.ndarray, w: np.ndarray, padding) -> np.ndarray:

@@ -13,8 +13,9 @@ from tests.compute.test_winograd_nchwc import _direct
 from tvm_fuse.compute.bf16 import bits_of, value_of
 from tvm_fuse.compute.winograd_nchwc import transform_matrices, transform_weight
 from tvm_fuse.compute.winograd_nchwc_bf16 import conv2d_winograd_nchwc_bf16, transform_weight_bf16
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
-from tvm_fuse.schedules import KNOBS_ATTR, apply
+from tvm_fuse.schedules import apply
 from tvm_fuse.target import parse_target
 
 

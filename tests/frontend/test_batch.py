@@ -2,7 +2,6 @@
 refuses the graphs it cannot, and ONNX Runtime agrees with the result."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

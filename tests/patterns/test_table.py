@@ -10,8 +10,9 @@ from tvm import relax
 
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.ir_names import PATTERN_ATTR
 from tvm_fuse.patterns.activations import ACTIVATIONS as TABLE_ACTIVATIONS
-from tvm_fuse.patterns.table import FAMILIES, PATTERN_ATTR
+from tvm_fuse.patterns.table import FAMILIES
 from tvm_fuse.transform.fuse_patterns import FusePatterns
 
 from .chains import ACTIVATIONS, ANCHORS, chain

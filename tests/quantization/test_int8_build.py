@@ -13,9 +13,9 @@ from tvm import relax
 import tvm_fuse
 from tests.conftest import ort_outputs
 from tvm_fuse import CalibrationTable, QuantConfig
+from tvm_fuse.calibration_table import TensorScale
 from tvm_fuse.frontend import relax_module
 from tvm_fuse.pipeline import optimize
-from tvm_fuse.quantization.table import TensorScale
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize_int8 import RealizeInt8
 

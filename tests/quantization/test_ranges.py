@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tvm_fuse.calibration_table import TensorScale
 from tvm_fuse.quantization.ranges import entropy_range, minmax_range, percentile_range
 from tvm_fuse.quantization.statistics import TensorStatistics
-from tvm_fuse.quantization.table import TensorScale
 
 
 def _stats(*batches) -> TensorStatistics:

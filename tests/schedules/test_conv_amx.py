@@ -25,12 +25,13 @@ from tvm_fuse.compute.conv import fold_row_taps, fold_weight_taps, merge_input_b
 from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.frontend import relax_module
+from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE, optimize
 from tvm_fuse.quantization.weights import pack_vnni
-from tvm_fuse.schedules import KNOBS_ATTR, ConvTiles, apply, common, conv_amx, knob_space
+from tvm_fuse.schedules import ConvTiles, apply, common, conv_amx, knob_space
 from tvm_fuse.target import host_cpu, parse_target
-from tvm_fuse.transform.realize_bf16 import bf16_pass
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
+from tvm_fuse.transform.realize_bf16 import bf16_pass
 
 # The host's vector units, AMX switched off where it has it.
 VECTOR_HOST = f"llvm -mcpu={host_cpu()} -mattr=-amx-tile,-amx-int8,-amx-bf16"

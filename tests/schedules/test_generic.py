@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax, te, topi
-from tvm_fuse.schedules import generic
 
 from tests.transform.relax_modules import module
 from tvm_fuse.pipeline import TIR_PIPELINE, compile_lowered, lowered, optimize
+from tvm_fuse.schedules import generic
 from tvm_fuse.target import parse_target
 
 

@@ -9,10 +9,10 @@ import pytest
 import tvm
 from tvm import relax
 
+from tvm_fuse.ir_names import CONCAT_AXIS_ATTR
 from tvm_fuse.pipeline import compile_lowered, finalize, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.concat_in_place import ConcatInPlace
-from tvm_fuse.transform.lower_concat import CONCAT_AXIS_ATTR
 
 _RNG = np.random.default_rng(0)
 _TARGET = "llvm"  # runs on any host: the pass is the same for every ISA

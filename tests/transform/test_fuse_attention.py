@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
+from tvm_fuse.ir_names import PATTERN_ATTR
 
 HEADS, DEPTH = 4, 16
 WIDTH = HEADS * DEPTH
@@ -132,7 +133,6 @@ def _attention_function(model, target: str, precision: str = "fp32"):
     import tvm
 
     from tvm_fuse.frontend import relax_module
-    from tvm_fuse.patterns.table import PATTERN_ATTR
     from tvm_fuse.pipeline import optimize
     from tvm_fuse.target import parse_target
     from tvm_fuse.transform.realize_bf16 import bf16_pass

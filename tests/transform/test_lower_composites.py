@@ -10,7 +10,7 @@ from tvm import relax
 from tests.patterns.chains import chain
 from tests.transform.relax_modules import module, run
 from tvm_fuse import provenance
-from tvm_fuse.patterns.table import PATTERN_ATTR
+from tvm_fuse.ir_names import PATTERN_ATTR
 from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.fuse_patterns import FusePatterns

@@ -7,9 +7,10 @@ import pytest
 import tvm
 from tvm import relax
 
+from tvm_fuse.ir_names import KERNEL_ATTR
 from tvm_fuse.pipeline import compile_lowered, lowered, optimize
 from tvm_fuse.target import parse_target
-from tvm_fuse.transform.lower_matmuls import KERNEL_ATTR, LowerMatmuls
+from tvm_fuse.transform.lower_matmuls import LowerMatmuls
 
 
 def _attention_scores(x_shape, y_shape):

@@ -12,9 +12,9 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.frontend import relax_module
+from tvm_fuse.ir_names import KERNEL_ATTR
 from tvm_fuse.pipeline import optimize
 from tvm_fuse.target import parse_target
-from tvm_fuse.transform.lower_matmuls import KERNEL_ATTR
 
 
 def _layer_norm_model(shape, epsilon=1e-12):

@@ -6,7 +6,8 @@ import tvm
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvm_fuse.transform.prefetch_next_strip import PREFETCH_ATTR, PrefetchNextStrip, nodes_of
+from tvm_fuse.ir_names import PREFETCH_ATTR
+from tvm_fuse.transform.prefetch_next_strip import PrefetchNextStrip, nodes_of
 
 STRIPS, TILES, DEPTH, LANES = 6, 4, 64, 16  # a strip: one block of 16 columns x 64 deep
 LINE = 16  # fp32 values in a 64-byte cache line

@@ -13,8 +13,7 @@ import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.errors import InputError
 from tvm_fuse.explain import FusionReport
-from tvm_fuse.target import host_cpu
-from tvm_fuse.transform.apply_schedules import vector_lanes
+from tvm_fuse.target import host_cpu, vector_lanes
 from tvm_fuse.transform.realize_bf16 import RealizeBf16
 
 BF16_TARGET = "llvm -mcpu=znver4 -num-cores=2"  # AVX512-BF16 without AMX

@@ -12,7 +12,7 @@ from tvm.script import tirx as T
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs, random_inputs
 from tvm_fuse import CalibrationTable, QuantConfig
-from tvm_fuse.quantization.table import TensorScale
+from tvm_fuse.calibration_table import TensorScale
 from tvm_fuse.transform.stack_local_buffers import StackLocalBuffers
 
 WORKSPACE_CALL = "TVMBackendAllocWorkspace"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tvm_fuse.tuning_logs
 
+import tvm_fuse.tuning_logs
 from tvm_fuse.errors import TvmFuseError
 from tvm_fuse.tuning.database import ENV_LOGS, TuningDatabase, log_paths
 from tvm_fuse.tuning.records import Record, append

@@ -6,10 +6,8 @@ Each anchor compute (convolution, dense, batched matmul) tags its reduction bloc
 into the anchor's output loop.
 """
 
-SCHEDULE_RULE = "schedule_rule"  # block attribute read by `tvm_fuse.schedules.apply`
-DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: the instruction a dot-product kernel is tensorized with
-DENSE_AMX_RULE = "tvm_fuse.dense_amx"  # a bf16 or u8 x s8 dense product on AMX tiles (`schedules.dense_amx`)
-CONV_AMX_RULE = "tvm_fuse.conv_nchwc_amx"  # an int8 or bf16 NCHW{c}c conv on AMX tiles (`schedules.conv_amx`)
+from ..ir_names import CONV_NCHWC_AMX_RULE, SCHEDULE_RULE
+
 AMX_COLUMNS = 16  # C columns per AMX tile: a dense weight's packing block must be this
 AMX_ROW_BYTES = 64  # bytes of K per AMX tile row: K times the input's bytes must be a multiple
 AMX_ROWS = 16  # rows per AMX tile (at most): a dense's rows or a conv's output pixels per tile
@@ -82,5 +80,5 @@ def amx_conv_output(size) -> tuple[int, int]:
 def amx_conv_attrs(strides, dilation) -> dict:
     """The attributes of a conv computed on AMX tiles: its rule, and the window's steps the
     tile program needs (`schedules.conv_amx`)."""
-    return {SCHEDULE_RULE: CONV_AMX_RULE, "stride": int(strides[1]), "stride_h": int(strides[0]),
+    return {SCHEDULE_RULE: CONV_NCHWC_AMX_RULE, "stride": int(strides[1]), "stride_h": int(strides[0]),
             "dilation_h": int(dilation[0]), "dilation_w": int(dilation[1])}

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from ..ir_names import ATTENTION_BF16_RULE, ATTENTION_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits
 from .fast_math import exp
 from .matmul import ROW_MULTIPLE, is_one, padded, static_value
 from .rowwise import row_reduction
 
-ATTENTION_RULE = "tvm_fuse.attention"
-ATTENTION_BF16_RULE = "tvm_fuse.attention_bf16"
 KEY_MULTIPLE = 32  # keys are computed padded to this: two zmm vectors of fp32, a score tile's width
 
 

@@ -6,9 +6,7 @@ import numpy as np
 import tvm
 from tvm import te, topi
 
-from . import SCHEDULE_RULE
-
-CONV_RULE = "tvm_fuse.conv_nchw"
+from ..ir_names import CONV_NCHW_RULE, SCHEDULE_RULE
 
 
 def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0,
@@ -162,5 +160,5 @@ def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, 
         return te.sum(padded[(n, channel, *at(y))] * weight[(o, i, *taps)], axis=[i, *taps])
 
     rows = round_output(out_size)
-    out = te.compute((data.shape[0], out_channels, *rows), value, name="conv", attrs={SCHEDULE_RULE: CONV_RULE})
+    out = te.compute((data.shape[0], out_channels, *rows), value, name="conv", attrs={SCHEDULE_RULE: CONV_NCHW_RULE})
     return crop(out, out_size)

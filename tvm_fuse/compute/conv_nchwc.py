@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import SCHEDULE_RULE
+from ..ir_names import CONV_NCHWC_RULE, DEPTHWISE_NCHWC_RULE, SCHEDULE_RULE
 from .conv import sliding_window
-
-CONV_NCHWC_RULE = "tvm_fuse.conv_nchwc"
-DEPTHWISE_NCHWC_RULE = "tvm_fuse.depthwise_nchwc"
 
 
 def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int = 1) -> te.Tensor:

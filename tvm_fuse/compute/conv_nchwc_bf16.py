@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs, amx_conv_output
+from ..ir_names import CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import amx_conv_attrs, amx_conv_output
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
 from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index
 
-CONV_NCHWC_BF16_RULE = "tvm_fuse.conv_nchwc_bf16"
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE, amx_conv_attrs, amx_conv_output
+from ..ir_names import CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from . import amx_conv_attrs, amx_conv_output
 from .conv import crop, merge_channel_blocks, sliding_window
 
-CONV_NCHWC_INT8_RULE = "tvm_fuse.conv_nchwc_int8"
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
 OUT_BLOCK = 16  # s32 lanes of a zmm register
 INT8_OUT_BLOCKS = (OUT_BLOCK, 8)  # output blocks the kernel takes: zmm or ymm accumulators

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from tvm import te
 
-from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from ..ir_names import DENSE_AMX_RULE, DENSE_BF16_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import PAIR, from_bits, to_bits_tensor
 from .matmul import dense_product
-
-DENSE_BF16_RULE = "tvm_fuse.dense_bf16"
 
 
 def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx: bool = False) -> te.Tensor:

@@ -19,14 +19,19 @@ import functools
 import numpy as np
 from tvm import te, tirx
 
-from . import DENSE_AMX_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE, fits_amx
+from ..ir_names import (
+    DENSE_AMX_GROUPS_RULE,
+    DENSE_AMX_RULE,
+    DENSE_INT8_GROUPS_RULE,
+    DENSE_INT8_RULE,
+    DOT_PRODUCT_ATTR,
+    ROWWISE_RULE,
+    SCHEDULE_RULE,
+)
+from . import fits_amx
 from .matmul import cropped, dense_product, packing_block, padded_rows, row_source
 from .requantize import ROUNDING_SHIFT, U8_MAX
-from .rowwise import ROWWISE_RULE
 
-DENSE_INT8_RULE = "tvm_fuse.dense_int8"
-DENSE_INT8_GROUPS_RULE = "tvm_fuse.dense_int8_groups"
-DENSE_AMX_GROUPS_RULE = "tvm_fuse.dense_amx_groups"
 QUAD = 4  # u8 x s8 products per s32 lane of a `vpdpbusd`
 # Values per scale of a row quantized at run time. A transformer's hidden state has a few
 # outlier channels (MiniLM's layer norm outputs: up to 20x the median channel), which set a

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
-from . import SCHEDULE_RULE
+from ..ir_names import LRN_RULE, SCHEDULE_RULE
 from .powers import quarter_exponent_value, root_power
-
-LRN_RULE = "tvm_fuse.lrn"
 
 
 def local_response_norm(x: te.Tensor, size: int, alpha: float, beta: float, bias: float) -> te.Tensor:

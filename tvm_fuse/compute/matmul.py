@@ -16,10 +16,8 @@ import numpy as np
 import tvm_ffi
 from tvm import te, tirx
 
-from . import SCHEDULE_RULE
+from ..ir_names import DENSE_PACKED_RULE, MATMUL_RULE, SCHEDULE_RULE
 
-MATMUL_RULE = "tvm_fuse.matmul"
-DENSE_PACKED_RULE = "tvm_fuse.dense_packed"
 ROW_MULTIPLE = 8  # symbolic row counts are computed padded to this: the default row tile
 COLUMN_MULTIPLE = 16  # and symbolic column counts to this: a zmm vector of fp32
 ROW_TILES = (8, 6, 4)  # a static row count one of these divides is computed as it is

@@ -9,10 +9,8 @@ from __future__ import annotations
 from tvm import te, tirx
 from tvm.sym import Analyzer
 
-from . import SCHEDULE_RULE
+from ..ir_names import ROWWISE_RULE, SCHEDULE_RULE
 from .fast_math import exp
-
-ROWWISE_RULE = "tvm_fuse.rowwise"
 
 
 def layer_norm_rows(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, epsilon: float, lanes: int) -> te.Tensor:

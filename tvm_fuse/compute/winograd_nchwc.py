@@ -19,10 +19,9 @@ import tvm
 from tvm import te, topi
 from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
 
-from . import SCHEDULE_RULE
+from ..ir_names import SCHEDULE_RULE, WINOGRAD_NCHWC_RULE
 from .bf16 import BITS, from_bits
 
-WINOGRAD_RULE = "tvm_fuse.winograd_nchwc"
 KERNEL = 3
 # (smallest output side, tile m): measured against the direct conv on ResNet-50's 3x3 layers,
 # F(4x4) was 1.7x faster from 28x28 up, F(2x2) 1.3x at 14x14, and neither paid at 7x7, where
@@ -60,7 +59,7 @@ def conv2d_winograd_nchwc(data: te.Tensor, weight: te.Tensor, padding, tile: int
     product = te.compute(
         (alpha, alpha, batch, weight.shape[2], tiles, weight.shape[5]),
         lambda eps, nu, n, oc, t, ob: te.sum(inputs[eps, nu, n, ic, t, ib] * weight[eps, nu, oc, ic, ib, ob], axis=[ic, ib]),
-        name="winograd_product", attrs={SCHEDULE_RULE: WINOGRAD_RULE})
+        name="winograd_product", attrs={SCHEDULE_RULE: WINOGRAD_NCHWC_RULE})
     return winograd_output(product, data, padding, tile)
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 from tvm import te
 
-from . import DOT_PRODUCT_ATTR, SCHEDULE_RULE
+from ..ir_names import DOT_PRODUCT_ATTR, SCHEDULE_RULE, WINOGRAD_NCHWC_BF16_RULE
 from .bf16 import PAIR, from_bits, pack_pairs, to_bits
 from .winograd_nchwc import TILE_BY_OUTPUT_SIDE, transform_weight, winograd_input, winograd_output
 
-WINOGRAD_BF16_RULE = "tvm_fuse.winograd_nchwc_bf16"
 # Convs of 256 output channels or more take F(2x2) down to 7x7, where their transformed
 # weights, at half fp32's bytes, no longer dominate. Measured in bf16 builds (Zen 4, A/B in
 # one process): ResNet-50 17.43 -> 17.09 ms, ResNet-18 7.44 -> 7.16 ms (their 512-channel
@@ -45,5 +44,5 @@ def conv2d_winograd_nchwc_bf16(data: te.Tensor, weight: te.Tensor, padding, tile
             from_bits(inputs[eps, nu, n, ic, t, ip * PAIR + p]) * from_bits(weight[eps, nu, oc, ic, ip, ob, p]),
             axis=[ic, ip, p]),
         name="winograd_product",
-        attrs={SCHEDULE_RULE: WINOGRAD_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
+        attrs={SCHEDULE_RULE: WINOGRAD_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"})
     return winograd_output(product, data, padding, tile)

@@ -9,12 +9,12 @@ from typing import NamedTuple
 import onnx
 import tvm
 
-from ..quantization.qdq import read_qdq
-from ..quantization.table import CalibrationTable
+from ..calibration_table import CalibrationTable
 from .fixups import apply_fixups
 from .half_as_float import compute_half_in_float
 from .importer import check_input_sizes, import_onnx, set_input_shapes
 from .load import load_model
+from .qdq import read_qdq
 
 
 class ImportedModel(NamedTuple):
@@ -24,7 +24,7 @@ class ImportedModel(NamedTuple):
 
 
 def relax_module(model, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ImportedModel:
-    """The model loaded, shapes fixed and checked, QDQ pairs read (`quantization.qdq`), float16
+    """The model loaded, shapes fixed and checked, QDQ pairs read (`qdq`), float16
     computed in float32 (`half_as_float`), fixed up, imported."""
     onnx_model = load_model(model)
     if input_shapes:

@@ -13,8 +13,7 @@ from tvm.ir.expr import GenericConst
 
 from ..compute.lrn import local_response_norm
 from ..errors import UnsupportedNode, UnsupportedOpsError
-from ..transform.lower_composites import OPAQUE
-from ..transform.lower_matmuls import KERNEL_ATTR
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .recurrent import gru, lstm
 
 
@@ -126,7 +125,7 @@ def lrn(bb, inputs, attrs, opset):
     size = int(attrs["size"])
     return bb.call_te(local_response_norm, x, size, float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75)),
                       float(attrs.get("bias", 1.0)), primfunc_name_hint="lrn",
-                      primfunc_attrs={KERNEL_ATTR: "lrn", "op_pattern": OPAQUE})
+                      primfunc_attrs={KERNEL_ATTR: "lrn", OP_PATTERN_ATTR: OPAQUE})
 
 
 def pad(bb, inputs, attrs, opset):

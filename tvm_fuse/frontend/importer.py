@@ -24,6 +24,7 @@ from tvm.sym import Analyzer
 
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
+from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
 from .converters import CONVERTERS, node_name, refuse
@@ -197,9 +198,6 @@ class _RenamedGlobals(PyExprMutator):
         return self._names.get(op, op)
 
 
-BRANCH_ATTR = "tvm_fuse.branch"  # on a function that is an If's branch: the If node's name
-UNBUILT_ATTR = "tvm_fuse.unbuilt"  # on a branch that raises when taken: why it could not be built
-UNBUILT_NODES_ATTR = "tvm_fuse.unbuilt_nodes"  # ... and the numbers of its ONNX nodes, [first, end)
 
 
 def graph_functions(mod: tvm.IRModule) -> list[relax.Function]:

@@ -22,7 +22,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..compute.recurrent import gru_sequence, lstm_sequence
-from ..transform.lower_matmuls import KERNEL_ATTR
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 
 ACTIVATIONS = {
     "sigmoid": relax.op.sigmoid,
@@ -127,8 +127,8 @@ class _Recurrence:
         outputs, Y and the `states` final states."""
         batch, directions = int(self.batch), len(self.reverse)
         shapes = [[self.seq, directions, batch, self.hidden]] + [[directions, batch, self.hidden]] * states
-        kernel = self.emit(relax.call_tir(self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, "op_pattern": 8}), name),
-                                          args, [relax.TensorType(shape, "float32") for shape in shapes]))
+        kernel_func = self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, OP_PATTERN_ATTR: OPAQUE}), name)
+        kernel = self.emit(relax.call_tir(kernel_func, args, [relax.TensorType(shape, "float32") for shape in shapes]))
         y, *finals = [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
         return self.onnx_outputs(y, finals)
 

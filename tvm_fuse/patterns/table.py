@@ -21,11 +21,8 @@ from tvm.relax.transform import FusionPattern, PatternCheckContext
 
 from .. import provenance
 from ..compute.conv import is_depthwise
+from ..ir_names import ANCHOR_ATTR, NODES_ATTR, PATTERN_ATTR
 from .activations import ACTIVATIONS
-
-PATTERN_ATTR = "tvm_fuse.pattern"  # composite attribute: the chain that matched, e.g. conv2d+bias+relu
-ANCHOR_ATTR = "tvm_fuse.anchor"  # composite attribute: the anchor's family, conv or fc
-NODES_ATTR = "tvm_fuse.onnx_nodes"  # composite attribute: its ONNX nodes, e.g. "3,4,5"
 
 
 @dataclass(frozen=True)

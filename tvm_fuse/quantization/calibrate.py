@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import tvm
 from tvm import relax
 
+from ..calibration_table import CalibrationTable, TensorScale
 from ..errors import CompileError, InputError
 from ..frontend import relax_module
 from ..frontend.importer import graph_inputs
@@ -19,7 +20,6 @@ from .calibration_data import calibration_feeds
 from .config import QuantConfig
 from .ranges import entropy_range, minmax_range, percentile_range
 from .statistics import TensorStatistics
-from .table import CalibrationTable, TensorScale
 
 
 def quantize(model, calibration, target=None, *, method: str = "entropy", exclude: Iterable[str] = (),

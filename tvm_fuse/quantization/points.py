@@ -22,7 +22,8 @@ from tvm.ir.expr import GenericConst
 
 from .. import provenance
 from ..compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
-from ..patterns.table import ANCHOR_ATTR, composite_nodes
+from ..ir_names import ANCHOR_ATTR
+from ..patterns.table import composite_nodes
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}

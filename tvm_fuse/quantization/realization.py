@@ -9,15 +9,14 @@ from pathlib import Path
 
 import tvm
 
+from ..calibration_table import CalibrationTable
 from ..errors import InputError
 from ..frontend import ImportedModel
-from ..target import isa_features, target_string
-from ..transform.apply_schedules import vector_lanes
+from ..target import isa_features, target_string, vector_lanes
 from ..transform.realize_int8 import RealizeInt8
 from .calibrate import calibrate
 from .calibration_data import sample_files
 from .config import QuantConfig
-from .table import CalibrationTable
 
 
 def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target: tvm.target.Target,

@@ -6,14 +6,9 @@ from __future__ import annotations
 import tvm
 
 from ..schedules import apply
-from ..target import isa_class, isa_features, target_cpu
+from ..target import isa_class, target_cpu, vector_lanes
 from ..tuning.database import TuningDatabase
 from ..tuning.workload import workload_key
-
-
-def vector_lanes(target: tvm.target.Target) -> int:
-    """fp32 lanes of the target's widest vectors."""
-    return 16 if "avx512f" in isa_features(target) else 8
 
 
 def map_prim_funcs(mod: tvm.IRModule, schedule) -> tvm.IRModule:

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.op.memory import ensure_zero_offset, view
 
-from .lower_concat import CONCAT_AXIS_ATTR
+from ..ir_names import CONCAT_AXIS_ATTR
 from .rebind import static_shape
 
 # Bytes. A slice must start on TVM's allocation alignment: `vm.builtin.ensure_zero_offset`

@@ -11,7 +11,13 @@ import onnx
 import tvm
 from tvm import relax
 
-from ..quantization.points import MAX_WEIGHT_BOUND_ROWS, dense_input, quantizable_convs, row_quantized_denses, tensor_names
+from ..quantization.points import (
+    MAX_WEIGHT_BOUND_ROWS,
+    dense_input,
+    quantizable_convs,
+    row_quantized_denses,
+    tensor_names,
+)
 
 _CONCAT = tvm.ir.Op.get("relax.concat")
 

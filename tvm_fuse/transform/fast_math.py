@@ -18,6 +18,7 @@ from ..compute.fast_math import exp, sigmoid, silu
 from ..compute.powers import quarter_exponent_value, root_power
 from .rebind import same_type, scalar_value
 
+
 def quarter_exponent(exponent: relax.Expr) -> int | None:
     """k if `exponent` is a constant k/4 with |k| <= _ROOT_POWERS (and k != 0), else None."""
     value = scalar_value(exponent)

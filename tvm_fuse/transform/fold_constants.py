@@ -20,7 +20,6 @@ import numpy as np
 import tvm
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
-
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .rebind import is_op, mutate_functions, rebind_pass, static_shape

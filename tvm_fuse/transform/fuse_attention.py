@@ -31,9 +31,8 @@ from tvm import relax, s_tir
 from .. import provenance
 from ..compute.attention import attention, bf16_fits, keys_padded, pad_keys
 from ..compute.matmul import same_dim, static_value
-from ..patterns.table import PATTERN_ATTR
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
 from ..target import isa_features
-from .lower_matmuls import KERNEL_ATTR
 from .realize_bf16 import BF16_ATTR
 from .rebind import is_op, mutate_functions, readers, scalar_value, use_counts
 
@@ -210,7 +209,7 @@ class _AttentionFuser(relax.PyExprMutator):
                                                         self.lanes, padded, bf16, offsets, width, heads_first,
                                                         zero_undefined_rows),
             *operands, primfunc_name_hint="attention",
-            primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", "op_pattern": 8,
+            primfunc_attrs={PATTERN_ATTR: "attention", KERNEL_ATTR: "attention", OP_PATTERN_ATTR: OPAQUE,
                             **({BF16_ATTR: True} if bf16 else {})})
         kernel = provenance.recorded(kernel, map(provenance.node_index, steps))
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))

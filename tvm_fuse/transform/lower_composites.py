@@ -32,10 +32,9 @@ from ..compute.winograd_nchwc import (
     conv2d_winograd_nchwc,
     transform_weight,
 )
-from ..patterns.table import ANCHOR_ATTR, PATTERN_ATTR, composite_nodes
+from ..ir_names import ANCHOR_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
+from ..patterns.table import composite_nodes
 from .rebind import mutate_functions
-
-OPAQUE = 8  # relax OpPatternKind kOpaque
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ def kernel_call(builder: relax.BlockBuilder, func: relax.Function, compute, args
     kernel = builder.call_te(
         compute, *args,
         primfunc_name_hint=prefix + pattern.replace("+", "_"),
-        primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], "op_pattern": OPAQUE,
+        primfunc_attrs={PATTERN_ATTR: pattern, ANCHOR_ATTR: func.attrs[ANCHOR_ATTR], OP_PATTERN_ATTR: OPAQUE,
                         **(attrs or {})},
     )
     # Kernels of equal shape share one function; each call site records its own nodes.

@@ -8,9 +8,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, topi
 
+from ..ir_names import CONCAT_AXIS_ATTR
 from .rebind import mutate_functions, static_shape
-
-CONCAT_AXIS_ATTR = "tvm_fuse.concat_axis"  # PrimFunc attribute: a plain concat, and its axis
 
 
 @relax.expr_functor.mutator

@@ -9,9 +9,8 @@ import tvm
 from tvm import relax
 
 from ..compute.matmul import matmul
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .rebind import mutate_functions
-
-KERNEL_ATTR = "tvm_fuse.kernel"  # PrimFunc attribute: which of our kernels it is
 
 
 @relax.expr_functor.mutator
@@ -22,7 +21,7 @@ class _MatmulLowerer(relax.PyExprMutator):
                 and _lowerable(value)):
             return super().visit_var_binding_(binding)
         kernel = self.builder_.call_te(matmul, *value.args, primfunc_name_hint="matmul",
-                                       primfunc_attrs={KERNEL_ATTR: "matmul", "op_pattern": 8})
+                                       primfunc_attrs={KERNEL_ATTR: "matmul", OP_PATTERN_ATTR: OPAQUE})
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(kernel)))
 
 

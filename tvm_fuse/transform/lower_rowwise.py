@@ -17,7 +17,7 @@ from tvm.ir.expr import GenericConst
 
 from .. import provenance
 from ..compute.rowwise import layer_norm_rows, softmax_rows
-from .lower_matmuls import KERNEL_ATTR
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .rebind import is_op, mutate_functions, scalar_value, use_counts
 
 
@@ -105,7 +105,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
             kernel = self.builder_.call_te(
                 lambda gamma, beta, *xs: layer_norm_rows(_expanded(prologue, xs), gamma, beta, epsilon, self.lanes),
                 *(self.visit_expr(e) for e in (*call.args[1:], *leaves)), primfunc_name_hint="layer_norm",
-                primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", "op_pattern": 8})
+                primfunc_attrs={KERNEL_ATTR: "nn.layer_norm", OP_PATTERN_ATTR: OPAQUE})
             own = provenance.span_nodes(call) or [provenance.node_index(binding.var)]  # a recomposed norm's nodes
             kernel = provenance.recorded(kernel, dict.fromkeys([*own, *map(provenance.node_index, steps)]))
         elif op == "relax.nn.softmax" and _rows_lowerable(call.args[0], [int(call.attrs.axis)]):
@@ -113,7 +113,7 @@ class _RowwiseLowerer(relax.PyExprMutator):
             operands = [self.visit_expr(e) for e in (scores, mask) if e is not None]
             kernel = self.builder_.call_te(
                 lambda x, *masks: softmax_rows(_scaled_masked(x, scale, masks), self.lanes), *operands,
-                primfunc_name_hint="softmax", primfunc_attrs={KERNEL_ATTR: "nn.softmax", "op_pattern": 8})
+                primfunc_name_hint="softmax", primfunc_attrs={KERNEL_ATTR: "nn.softmax", OP_PATTERN_ATTR: OPAQUE})
             kernel = provenance.recorded(kernel, map(provenance.node_index, [binding.var, *steps]))
         else:
             return super().visit_var_binding_(binding)

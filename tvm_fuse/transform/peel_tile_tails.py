@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-PEEL_ATTR = "tvm_fuse.peel_tile_tail"  # on a store block whose guard holds in all but the last tiles
+from ..ir_names import PEEL_ATTR
 
 # LoopPartition splits constant loops too (its default only splits symbolic ones).
 PEELING_CONFIG = {"s_tir.LoopPartition": {"partition_const_loop": True}}

@@ -29,7 +29,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-PREFETCH_ATTR = "tvm_fuse.prefetch_next_strip"
+from ..ir_names import PREFETCH_ATTR
+
 LINE_BYTES = 64
 _READ, _L2_LOCALITY, _DATA_CACHE = 0, 2, 1  # llvm.prefetch's rw, locality (prefetcht1), cache type
 

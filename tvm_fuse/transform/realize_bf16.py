@@ -43,11 +43,13 @@ from tvm import relax, te, tirx, topi
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
-from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks, split_output_blocks
+from .. import provenance
 from ..compute import AMX_COLUMNS, amx_conv_layout, fits_amx
+from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
+from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks, split_output_blocks
+from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ..compute.dense_bf16 import dense_packed_bf16
+from ..compute.matmul import pack_dense_weight
 from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
 from ..compute.winograd_nchwc_bf16 import (
     BF16_SMALL_TILE_CHANNELS,
@@ -55,12 +57,9 @@ from ..compute.winograd_nchwc_bf16 import (
     conv2d_winograd_nchwc_bf16,
     transform_weight_bf16,
 )
-from ..compute.matmul import pack_dense_weight
-from .. import provenance
 from ..errors import InputError
-from ..patterns.table import PATTERN_ATTR
-from ..target import isa_features, target_string
-from .apply_schedules import vector_lanes
+from ..ir_names import PATTERN_ATTR
+from ..target import isa_features, target_string, vector_lanes
 from .lower_composites import (
     anchor_compute,
     called_composite,

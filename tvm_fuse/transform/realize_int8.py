@@ -32,6 +32,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..calibration_table import CalibrationTable, TensorScale
 from ..compute import amx_conv_layout, fits_amx, requantize
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
@@ -45,6 +46,7 @@ from ..compute.dense_int8 import (
     row_groups,
 )
 from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from ..quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
     QuantizableConv,
@@ -55,10 +57,8 @@ from ..quantization.points import (
     tensor_names,
     weight_bound_denses,
 )
-from ..quantization.table import CalibrationTable, TensorScale
 from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
-from .lower_composites import OPAQUE, anchor_compute, composite_compute, kernel_call
-from .lower_matmuls import KERNEL_ATTR
+from .lower_composites import anchor_compute, composite_compute, kernel_call
 from .rebind import blocked_from_nchw, mutate_functions, read_only_by, readers
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
@@ -225,7 +225,7 @@ class _Realizer(PyExprMutator):
         (what AMX tiles read, `compute.dense_int8_groups`), a reshape of the same memory."""
         if original not in self.row_codes:
             kernel = self.builder_.call_te(quantize_rows, value, self.lanes, primfunc_name_hint="quantize_rows",
-                                           primfunc_attrs={KERNEL_ATTR: "quantize_rows", "op_pattern": OPAQUE})
+                                           primfunc_attrs={KERNEL_ATTR: "quantize_rows", OP_PATTERN_ATTR: OPAQUE})
             both = self.builder_.emit(kernel)
             self.row_codes[original] = (self.builder_.emit(relax.TupleGetItem(both, 0)),
                                         self.builder_.emit(relax.TupleGetItem(both, 1)))

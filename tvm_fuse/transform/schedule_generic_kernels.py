@@ -8,10 +8,10 @@ import warnings
 import tvm
 from tvm import s_tir
 
-from ..patterns.table import PATTERN_ATTR
+from ..ir_names import KERNEL_ATTR, PATTERN_ATTR
 from ..schedules import generic
-from .apply_schedules import map_prim_funcs, vector_lanes
-from .lower_matmuls import KERNEL_ATTR
+from ..target import vector_lanes
+from .apply_schedules import map_prim_funcs
 
 
 def ScheduleGenericKernels(target: tvm.target.Target) -> tvm.transform.Pass:

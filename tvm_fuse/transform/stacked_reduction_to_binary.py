@@ -23,7 +23,6 @@ from tvm import relax
 
 from .rebind import is_op, rebind_pass
 
-
 # The reduction over the stacked axis -> the binary op that chains its terms.
 _CHAINS = {
     "relax.sum": relax.op.add,

@@ -16,6 +16,7 @@ import numpy as np
 import tvm
 from tvm import rpc
 
+from ..ir_names import KNOBS_ATTR
 
 _PR_SET_PDEATHSIG = 1
 
@@ -88,7 +89,7 @@ def time_candidate(func_json: str, target: str, lanes: int, knobs: dict, repeat:
     on a machine of TVM's RPC tracker `rpc` = (host, port, key) when given, else here."""
     from ..amx import amx_permitted, uses_tiles
     from ..pipeline import TIR_PIPELINE
-    from ..schedules import KNOBS_ATTR, apply
+    from ..schedules import apply
     from ..target import parse_target
     from .workload import static_dim
 

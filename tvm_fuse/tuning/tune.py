@@ -27,8 +27,7 @@ from ..patterns.switches import disabled_families
 from ..quantization.config import QuantConfig
 from ..quantization.realization import int8_pass
 from ..schedules import knob_space
-from ..target import isa_class, parse_target, target_cpu, target_string
-from ..transform.apply_schedules import vector_lanes
+from ..target import isa_class, parse_target, target_cpu, target_string, vector_lanes
 from ..transform.realize_bf16 import bf16_pass
 from . import records as log
 from .cost_model import CostModel

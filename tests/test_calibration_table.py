@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tvm_fuse import CalibrationTable, InputError
-from tvm_fuse.quantization.table import TensorScale
+from tvm_fuse.calibration_table import TensorScale
 
 
 def test_a_saved_table_loads_back_equal(tmp_path):

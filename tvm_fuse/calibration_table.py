@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from .errors import InputError
 
 FORMAT = "tvm_fuse.calibration"
 VERSION = 1

@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..frontend.fixups import constant_values
-from .table import CalibrationTable, TensorScale
+from ..calibration_table import CalibrationTable, TensorScale
+from .fixups import constant_values
 
 METHOD = "qdq"  # a table read from the model's own pairs
 # Ops whose output is non-negative when their data inputs are.
