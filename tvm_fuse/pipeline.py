@@ -1,8 +1,8 @@
 """The compilation pipeline, phase by phase, top to bottom.
 
 Each phase is a function returning named TVM passes, so `PassContext(disabled_pass=[...])`
-can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `PHASES`, then
-`kernels` (our kernels' schedules, with knobs from the tuning logs where they have a record):
+can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `canonicalize`,
+`layout`, `fuse`, then `kernels` (our kernels' schedules, with knobs from the tuning logs where they have a record):
 the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
 `finalize` turns that into what the VM runs, and `compile_lowered` compiles it, its kernels
 lowered by `TIR_PIPELINE`.
@@ -91,7 +91,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     ]
 
 
-def layout(target: tvm.target.Target, disabled: Collection[str], bf16: bool = False) -> list[tvm.transform.Pass]:
+def layout(target: tvm.target.Target, bf16: bool = False) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width (in a `bf16` build for AMX-BF16, twice
     it where the convs' channels allow: an AMX conv's tile row); weights repacked at build time,
     in numpy where a reshape and a transpose do it."""
@@ -139,8 +139,6 @@ def finalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     return cpu_generic.dataflow_lower_passes(target) + [ConcatInPlace()] + cpu_generic.finalize_passes(target)
 
 
-PHASES = (canonicalize, layout, fuse)
-
 TIR_PIPELINE = "tvm_fuse"  # `tvm.compile(..., tir_pipeline=TIR_PIPELINE)` for a kernel of ours
 
 
@@ -176,11 +174,11 @@ def _in_target(name: str, passes: list[tvm.transform.Pass], target: tvm.target.T
 def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[str] = (),
              tuning: TuningDatabase | None = None, int8: tvm.transform.Pass | None = None,
              bf16: tvm.transform.Pass | None = None) -> tvm.IRModule:
-    """Run every phase of `PHASES` (`int8`, then `bf16`, go to `fuse`; a `bf16` build's
+    """Run `canonicalize`, `layout` and `fuse` (`int8`, then `bf16`, go to `fuse`; a `bf16` build's
     `layout` may take wider blocks), then `kernels`: the fused, scheduled graph the fusion
     report reads."""
     realize = [p for p in (int8, bf16) if p is not None]
-    phases = {"canonicalize": canonicalize(target, disabled), "layout": layout(target, disabled, bf16 is not None),
+    phases = {"canonicalize": canonicalize(target, disabled), "layout": layout(target, bf16 is not None),
               "fuse": fuse(target, disabled, realize, bf16 is not None), "schedule kernels": kernels(target, tuning)}
     for name, passes in phases.items():
         with phase(name):
