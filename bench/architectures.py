@@ -23,11 +23,12 @@ import time
 import warnings
 
 import onnx
-from models import OpenVINOSession
 
 import tvm_fuse
 from tvm_fuse.compare import differences, onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
+
+from models import OpenVINOSession
 
 
 def _architectures() -> dict:

@@ -14,13 +14,14 @@ import time
 
 import numpy as np
 import onnx
-from models import OpenVINOSession
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tvm_fuse.compare import onnxruntime_session
 from tvm_fuse.target import host_cpu
 from tvm_fuse.threads import set_num_threads
+
+from models import OpenVINOSession
 
 
 def tiny_model() -> onnx.ModelProto:

@@ -22,12 +22,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from models import OpenVINOSession, model_and_feed
-
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.compare import onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
+
+from models import OpenVINOSession, model_and_feed
 
 
 def busy_loop(cpu: int) -> None:

@@ -20,12 +20,13 @@ from collections import defaultdict
 import numpy as np
 import onnx
 import tvm
-from models import CALIBRATION_SEED, model_and_feed
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.frontend.importer import graph_inputs
 from tvm_fuse.transform.realize_bf16 import PRECISIONS
+
+from models import CALIBRATION_SEED, model_and_feed
 
 
 def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = None,

@@ -6,9 +6,16 @@ threads do when the process's first pool starts."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import pickle
+import select
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,8 +99,6 @@ def test_thread_count_reaches_the_runtime():
 
 
 def test_the_thread_count_reaches_every_thread_that_runs_a_model():
-    import threading
-
     import tvm
 
     model = tvm_fuse.build(dense_model((4,), 8, 8), "llvm")
@@ -144,12 +149,6 @@ def exported(request, tmp_path_factory):
 def _in_a_forked_child(model, seconds: float = 60) -> tuple[np.ndarray, float]:
     """`model`'s output on FORK_FEED in a child of os.fork, and the seconds its run took there;
     the child is killed if it has not answered within `seconds`."""
-    import os
-    import pickle
-    import select
-    import signal
-    import time
-
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # the child: answer through the pipe, then leave without pytest's cleanup
@@ -193,8 +192,6 @@ def _run_loaded(library: str) -> np.ndarray:
 
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
 def test_multiprocessing_workers_run_a_model(exported, method):
-    import multiprocessing
-
     if method != "fork" and exported[0].precision != "fp32":
         pytest.skip("a fresh interpreter per precision adds nothing the fp32 case does not check")
     model, library = exported

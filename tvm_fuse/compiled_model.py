@@ -19,7 +19,13 @@ from .explain import FusionReport
 from .feed import check_feed, exact_arrays, output_indices, static_signature
 from .frontend.importer import TensorInfo
 from .target import missing_host_features
-from .threads import configure_this_thread, in_a_live_pool, mark_pool_started, set_num_threads
+from .threads import (
+    configure_this_thread,
+    in_a_fresh_thread,
+    mark_pool_started,
+    on_the_forking_thread,
+    set_num_threads,
+)
 
 TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
 
@@ -134,7 +140,9 @@ class CompiledModel:
         arrays = exact_arrays(self._signature, input_feed)
         if arrays is None:
             arrays = check_feed(self._inputs, input_feed)
-        return in_a_live_pool(lambda: self._run(arrays, wanted))
+        if on_the_forking_thread():
+            return in_a_fresh_thread(lambda: self._run(arrays, wanted))
+        return self._run(arrays, wanted)
 
     def _run(self, arrays: list[np.ndarray], wanted: list[int]) -> list[np.ndarray]:
         main = getattr(self._per_thread, "main", None)

@@ -2,8 +2,8 @@
 
 Each phase is a function returning named TVM passes, so `PassContext(disabled_pass=[...])`
 can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `canonicalize`,
-`layout`, `fuse`, then `kernels` (our kernels' schedules, with knobs from the tuning logs where they have a record):
-the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
+`layout`, `fuse`, then `kernels` (our kernels' schedules, with knobs from the tuning logs where
+they have a record): the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
 `finalize` turns that into what the VM runs, and `compile_lowered` compiles it, its kernels
 lowered by `TIR_PIPELINE`.
 """

@@ -1,5 +1,5 @@
 """The kernels' threads: how many (`set_num_threads`), what they do between kernels
-(`set_spinning`), and runs in a forked process (`in_a_live_pool`).
+(`set_spinning`), and runs in a forked process (`in_a_fresh_thread`).
 
 TVM keeps one pool of threads per thread that runs kernels, started at its first parallel
 kernel; what idle threads do is fixed for the whole process when its first pool starts."""
@@ -20,6 +20,7 @@ _BIG_CORES = 1  # TVM's default affinity mode
 _pool_started = False
 _thread_count: int | None = None  # set_num_threads's count; None: TVM's default, every core
 _this_thread = threading.local()  # .thread_count: the count this thread's pool was given
+_forked_from: int | None = None  # in a forked child, the thread that forked
 
 
 def set_num_threads(count: int) -> None:
@@ -46,7 +47,6 @@ def configure_this_thread() -> None:
 # still counts on workers that stayed in the parent: a parallel kernel would wait for them
 # forever. TVM cannot restart that pool, so the child runs from that thread on a thread of its
 # own, whose pool starts fresh.
-_forked_from: int | None = None
 _after_fork: ThreadPoolExecutor | None = None
 _after_fork_lock = threading.Lock()
 
@@ -59,16 +59,19 @@ def _note_fork() -> None:
 os.register_at_fork(after_in_child=_note_fork)
 
 
-def in_a_live_pool(work):
-    """`work()` on this thread, or, on the thread that forked this process, on a thread started
-    after the fork (its result returned, its exception raised)."""
-    if threading.get_ident() != _forked_from:
-        return work()
+def on_the_forking_thread() -> bool:
+    """Whether this thread forked this process (then its kernels must run `in_a_fresh_thread`)."""
+    return _forked_from is not None and threading.get_ident() == _forked_from
+
+
+def in_a_fresh_thread(work):
+    """`work()` on a thread started after the fork (its result returned, its exception raised)."""
     global _after_fork
     with _after_fork_lock:
         if _after_fork is None:
             _after_fork = ThreadPoolExecutor(1, thread_name_prefix="tvm_fuse-after-fork")
     return _after_fork.submit(work).result()
+
 
 
 def set_spinning(enabled: bool) -> None:

@@ -80,7 +80,7 @@ def folded(call: relax.Call, array: np.ndarray) -> np.ndarray | None:
     parts = _parts(call.attrs.index_map, array.ndim)
     if parts is None:
         return None
-    blocks = {axis: block for axis, kind, block in parts if kind != "whole"}
+    blocks = {axis: block for axis, kind, block in parts if kind in ("outer", "inner")}
     pad_value = call.attrs.pad_value
     padding = [(0, -extent % blocks.get(axis, 1)) for axis, extent in enumerate(array.shape)]
     array = np.pad(array, padding, constant_values=0 if pad_value is None else pad_value.value)
@@ -93,7 +93,7 @@ def folded(call: relax.Call, array: np.ndarray) -> np.ndarray | None:
             position[(axis, "whole")] = len(split)
             split.append(extent)
     result = array.reshape(split).transpose([position[(axis, kind)] for axis, kind, _ in parts if kind != "zero"])
-    result = result.reshape(_with_zeros(result.shape, parts))
+    result = np.expand_dims(result, [index for index, (_, kind, _) in enumerate(parts) if kind == "zero"])
     return np.ascontiguousarray(result) if list(result.shape) == out_shape else None
 
 
@@ -117,12 +117,6 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
                 known[binding.var] = array
                 plan[binding.var] = relax.const(array, str(value.ty.dtype))
     return plan
-
-
-def _with_zeros(shape, parts) -> list[int]:
-    """`shape` with a 1 where `parts` has a "zero" index."""
-    extents = iter(shape)
-    return [1 if kind == "zero" else next(extents) for _, kind, _ in parts]
 
 
 def _constant_bindings(func: relax.Function) -> dict[relax.Var, GenericConst]:
