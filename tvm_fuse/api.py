@@ -14,10 +14,11 @@ from .amx import uses_tiles
 from .build_timings import phase
 from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
-from .errors import CompileError
+from .errors import CompileError, TvmFuseError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
-from .frontend.importer import graph_inputs, relax_outputs
+from .frontend.importer import graph_functions, graph_inputs, relax_outputs
+from .frontend.support import check_lowered
 from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
@@ -162,9 +163,12 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         report = fusion_report(mod, onnx_model, vector_lanes(tvm_target), disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
+        check_lowered(mod, onnx_model, graph_functions(mod))
         report.kernel_calls = count_kernel_calls(mod)
         amx = uses_tiles(mod)
         executable = compile_lowered(mod, tvm_target)
+    except TvmFuseError:
+        raise
     except Exception as error:
         brief = target_string(tvm_target, brief=True)
         raise CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model)) from error

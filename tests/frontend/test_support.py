@@ -41,3 +41,19 @@ def test_every_unsupported_node_is_reported_at_once():
     message = str(caught.value)
     assert "FancyOp (node 'custom_1', domain com.example, opset 1)" in message
     assert "custom_2" in message
+
+
+@pytest.mark.parametrize("fusion", [None, "all"])
+def test_an_op_of_shapes_unknown_at_build_time_is_refused_naming_its_node(fusion):
+    """[n] + [1, 2] is [1, 2] for n of 1 or 2 and an error otherwise; Relax cannot type it, TVM
+    does not legalize it, and the node is refused by name rather than failing in VM codegen."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["y"], name="broadcast_add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor("c", TensorProto.FLOAT, [1, 2], [1.0, 2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    with pytest.raises(UnsupportedOpsError, match="shape unknown at build time") as caught:
+        tvm_fuse.build(model, "llvm -mcpu=skylake-avx512", disable_fusion=fusion)
+    assert [(n.op_type, n.node_name) for n in caught.value.nodes] == [("Add", "broadcast_add")]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import onnx
+import tvm
+from tvm import relax
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+from .. import provenance
 from ..errors import UnsupportedNode, UnsupportedOpsError
+from .branches import all_nodes
 from .converters import CONVERTERS
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -72,3 +76,30 @@ def check_supported(model: onnx.ModelProto) -> None:
     nodes = unsupported_nodes(model)
     if nodes:
         raise UnsupportedOpsError(nodes)
+
+
+def check_lowered(mod: tvm.IRModule, model: onnx.ModelProto, graph: list[relax.Function]) -> None:
+    """Raise UnsupportedOpsError for every node of `model` whose Relax op is left in `graph` (the
+    functions of a legalized `mod`). TVM legalizes an op only where the shapes of its arguments
+    and result are known at build time; one it cannot (an Add of a symbolic [n] and a [1, 2]:
+    [1, 2] or an error) the VM cannot run, and the node is refused, named."""
+    opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
+    nodes = all_nodes(model)
+    refused = {}
+    for func in graph:
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                        and call.op.get_attr("FLegalize") is not None):
+                    continue
+                index = provenance.node_index(binding.var)
+                indices = [index] if index is not None else provenance.span_nodes(call)
+                shapes = " and ".join(str(arg.ty) for arg in call.args)
+                reason = f"{call.op.name} of {shapes} gives a shape unknown at build time ({call.ty})"
+                for node in [nodes[i] for i in indices if i < len(nodes)] or [None]:
+                    name = node.name if node is not None else binding.var.name_hint
+                    op_type, domain = (node.op_type, node.domain) if node is not None else (call.op.name, "")
+                    refused.setdefault(name, UnsupportedNode(op_type, name, domain, opsets.get(domain or "ai.onnx", 0), reason))
+    if refused:
+        raise UnsupportedOpsError(list(refused.values()))
