@@ -142,6 +142,29 @@ def inception_branches(channels: int = 16, size: int = 14, seed: int = 0):
     return model
 
 
+def conv_chain(depth: int = 3, channels: int = 16, size: int = 14, seed: int = 0):
+    """x -> (conv3x3 + relu) x `depth` -> conv1x1 (y): layers of one shape, each on its own scale."""
+    rng = np.random.default_rng(seed)
+    nodes, weights, previous = [], [], "x"
+    for i in range(depth):
+        nodes += [helper.make_node("Conv", [previous, f"w{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", [f"c{i}"], [f"a{i}"], name=f"relu{i}")]
+        # Each layer's gain differs, so that each output has a scale of its own.
+        gain = (i + 1) * np.sqrt(2 / (channels * 9))
+        weights.append(numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) * gain)
+                                               .astype(np.float32), f"w{i}"))
+        previous = f"a{i}"
+    nodes.append(helper.make_node("Conv", [previous, "w_out"], ["y"], name="reader"))
+    weights.append(numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.3,
+                                           "w_out"))
+    shape = [1, channels, size, size]
+    graph = helper.make_graph(nodes, "conv_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
     """`model` quantized by ONNX Runtime's tool: static QDQ, per-channel s8 weights, minmax
     ranges over `samples` (stacked on the batch axis)."""

@@ -19,7 +19,7 @@ from tvm_fuse.pipeline import optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize_int8 import RealizeInt8
 
-from .models import classifier, inception_branches, inverted_residual, residual_block, stem
+from .models import classifier, conv_chain, inception_branches, inverted_residual, residual_block, stem
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -182,6 +182,23 @@ def test_a_concat_of_int8_convs_passes_u8_codes_on_its_own_scale():
     assert [b.var.ty.dtype for b in concats] == ["uint8"]
     feed = {"x": samples[:1]}
     assert _worst_error(int8, model, feed) <= 0.03
+
+
+@pytest.mark.vnni
+def test_int8_convs_of_one_shape_share_a_kernel_each_on_its_own_scales():
+    """The scales a conv requantizes with are its kernel's parameters, not constants of its code:
+    the chain's convs after the first (one shape, one pattern, three scales) call one kernel, and
+    each still writes its own scale's codes (the output matches fp32)."""
+    model = conv_chain(depth=4)
+    samples = np.random.default_rng(6).standard_normal((8, 16, 14, 14)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    assert len({table.tensors[f"a{i}"].scale for i in range(1, 4)}) == 3
+    calls = [b.value for b in _int8_calls(model, table, "relax.call_tir")
+             if b.value.args[0].name_hint.startswith("int8_conv2d")]
+    assert len(calls) == 5
+    assert len({call.args[0] for call in calls[1:4]}) == 1
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    assert _worst_error(int8, model, {"x": samples[:1]}) <= 0.03
 
 
 @pytest.mark.avx512

@@ -6,6 +6,8 @@ output channel and no zero point."""
 
 from __future__ import annotations
 
+import numbers
+
 from tvm import te, tirx
 
 U8_MAX = 255
@@ -31,19 +33,32 @@ def dequantize_columns(product: te.Tensor, scale: te.Tensor) -> te.Tensor:
     return te.compute(product.shape, lambda *i: product(*i) * scale[i[-1]], name="dequantize_columns")
 
 
-def dequantize(codes: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
-    return te.compute(codes.shape, lambda *i: (codes(*i).astype("float32") - float(zero_point)) * scale,
-                      name="dequantize")
+def dequantize(codes: te.Tensor, scale, zero_point) -> te.Tensor:
+    """`scale` and `zero_point`: numbers, or scalar expressions (a kernel's parameters)."""
+    zero = zero_point if not isinstance(zero_point, numbers.Real) else float(zero_point)
+    return te.compute(codes.shape, lambda *i: (codes(*i).astype("float32") - zero) * scale, name="dequantize")
 
 
-def _code(real, scale: float, zero_point: int):
+def code_shift(zero_point: int) -> float:
+    """What a code's FMA adds (`_code`): the rounding shift and the zero point."""
+    return ROUNDING_SHIFT + zero_point
+
+
+def _code(real, inverse_scale, shift):
     """The u8 code of the real value `real` (an expression), in four vector instructions: one
-    FMA scales it and adds the zero point and the rounding shift (`ROUNDING_SHIFT`), a min
-    and a max saturate it, and the code is the low byte of its bits (te.round, a clamp and a
-    conversion took seven). Rounds to the nearest code, ties to even, as ONNX QuantizeLinear."""
-    shifted = real * (1.0 / scale) + (ROUNDING_SHIFT + zero_point)
+    FMA scales it (by `inverse_scale`, 1 / the scale) and adds the zero point and the rounding
+    shift (`shift`, `code_shift`), a min and a max saturate it, and the code is the low byte of
+    its bits (te.round, a clamp and a conversion took seven). Rounds to the nearest code, ties
+    to even, as ONNX QuantizeLinear."""
+    shifted = real * inverse_scale + shift
     saturated = te.min(te.max(shifted, ROUNDING_SHIFT), ROUNDING_SHIFT + U8_MAX)
     return tirx.reinterpret("int32", saturated).astype("uint8")
+
+
+def requantized(real: te.Tensor, inverse_scale, shift) -> te.Tensor:
+    """`real` as u8 codes, the scale given as `_code` takes it: numbers, or scalar expressions
+    (a kernel's parameters, so that kernels of one shape share code whatever their scales)."""
+    return te.compute(real.shape, lambda *i: _code(real(*i), inverse_scale, shift), name="quantize")
 
 
 def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None = None) -> te.Tensor:
@@ -51,10 +66,10 @@ def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None =
     zero (a 3-channel image made 4-channel for the int8 conv's quads)."""
     lanes = real.shape[-1]
     if block is None or block == lanes:
-        return te.compute(real.shape, lambda *i: _code(real(*i), scale, zero_point), name="quantize")
+        return requantized(real, 1.0 / scale, code_shift(zero_point))
     return te.compute((*real.shape[:-1], block),
-                      lambda *i: te.if_then_else(i[-1] < lanes, _code(real(*i[:-1], te.min(i[-1], lanes - 1)), scale,
-                                                                      zero_point),
+                      lambda *i: te.if_then_else(i[-1] < lanes, _code(real(*i[:-1], te.min(i[-1], lanes - 1)),
+                                                                      1.0 / scale, code_shift(zero_point)),
                                                  te.const(zero_point, "uint8")),
                       name="quantize")
 
@@ -66,7 +81,7 @@ def quantize_to_blocked(real: te.Tensor, scale: float, zero_point: int, channels
     batch, total, height, width = real.shape
 
     def value(n, chunk, y, x, lane):
-        code = _code(real[n, chunk * channels + te.min(lane, channels - 1), y, x], scale, zero_point)
+        code = _code(real[n, chunk * channels + te.min(lane, channels - 1), y, x], 1.0 / scale, code_shift(zero_point))
         return te.if_then_else(lane < channels, code, te.const(zero_point, "uint8"))
 
     return te.compute((batch, total // channels, height, width, block), value, name="quantize")

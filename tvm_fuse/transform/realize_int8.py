@@ -29,7 +29,7 @@ from collections.abc import Collection
 import numpy as np
 import onnx
 import tvm
-from tvm import relax
+from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..calibration_table import CalibrationTable, TensorScale
@@ -152,10 +152,11 @@ class _Realizer(PyExprMutator):
             operand = next(a for i, a in enumerate(call.args) if i != data_position and isinstance(a, relax.Var))
             residual = self.codes.get(operand) or self.table.tensors[conv.residual]
         output = self.codes.get(binding.var)
-        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual, output, self.vnni, tiles,
-                                kernel_w if fold else 0)
+        compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual is not None, output,
+                                self.vnni, tiles, kernel_w if fold else 0)
+        scales = relax.const(_epilogue_scales(residual, output))
         self._rebind(binding, kernel_call(self.builder_, func, compute,
-                                          [*args, relax.const(multiplier), *correction],
+                                          [*args, scales, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
 
     def _s8_weight_dense(self, binding: relax.VarBinding) -> None:
@@ -241,8 +242,10 @@ class _Realizer(PyExprMutator):
         func = self.mod[call.op]
         output = self.codes[binding.var]
         real = composite_compute(func.body, list(func.params), anchor_compute)
-        compute = lambda *tensors: _quantized(real(*tensors), func, output)  # noqa: E731
-        self._rebind(binding, kernel_call(self.builder_, func, compute, [self.visit_expr(a) for a in call.args]))
+        compute = lambda *tensors: _quantized(real(*tensors[:-1]), func, output, tensors[-1])  # noqa: E731
+        args = [self.visit_expr(a) for a in call.args]
+        self._rebind(binding, kernel_call(self.builder_, func, compute,
+                                          [*args, relax.const(_epilogue_scales(None, output))]))
 
     def _pass_codes(self, binding: relax.VarBinding) -> None:
         """A max-pool or concat on the u8 codes of its inputs."""
@@ -289,14 +292,31 @@ class _Realizer(PyExprMutator):
         return pack_vnni(arrange(codes)), (data.scale * scale).reshape(per_channel), corrections
 
 
-def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: TensorScale | None,
+# An int8 kernel's scales, apart from its weights', as one parameter rather than constants of its
+# code, so that the kernels of one shape are one function: its residual's scale and zero point,
+# then 1 / its output's scale and the output code's shift (`requantize.code_shift`).
+_RESIDUAL_SCALE, _RESIDUAL_ZERO_POINT, _OUTPUT_INVERSE_SCALE, _OUTPUT_SHIFT = range(4)
+
+
+def _epilogue_scales(residual: TensorScale | None, output: TensorScale | None) -> np.ndarray:
+    scales = np.zeros(4, np.float32)
+    if residual is not None:
+        scales[[_RESIDUAL_SCALE, _RESIDUAL_ZERO_POINT]] = residual.scale, residual.zero_point
+    if output is not None:
+        scales[[_OUTPUT_INVERSE_SCALE, _OUTPUT_SHIFT]] = 1.0 / output.scale, requantize.code_shift(output.zero_point)
+    return scales
+
+
+def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, residual: bool,
                   output: TensorScale | None, vnni: bool, amx: bool, folded_taps: int = 0):
-    """`folded_taps`: the kernel's width, if its rows of taps are folded into the input block."""
+    """The kernel's tensors: the composite's, its scales (`_epilogue_scales`), the accumulator's
+    multiplier and, for a data `zero_point` other than 0, its correction. `folded_taps`: the kernel's width, if its rows of
+    taps are folded into the input block."""
     attrs = anchor_call.attrs
     geometry = ([int(s) for s in attrs.strides], [int(p) for p in attrs.padding], [int(d) for d in attrs.dilation])
 
     def compute(*tensors):
-        composite_inputs, (multiplier, *correction) = tensors[:len(params)], tensors[len(params):]
+        composite_inputs, (scales, multiplier, *correction) = tensors[:len(params)], tensors[len(params):]
 
         def anchor(_call, data, weight):
             if folded_taps:
@@ -307,21 +327,22 @@ def _int8_compute(func: relax.Function, params, anchor_call, zero_point: int, re
             return requantize.dequantize_accumulator(acc, multiplier, *correction)
 
         def inputs(param, tensor):
-            if residual is not None and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
-                return requantize.dequantize(tensor, residual.scale, residual.zero_point)
+            if residual and tensor.dtype == "uint8" and not param.same_as(anchor_call.args[0]):
+                return requantize.dequantize(tensor, scales[_RESIDUAL_SCALE], scales[_RESIDUAL_ZERO_POINT])
             return tensor
 
         real = composite_compute(func.body, params, anchor, inputs)(*composite_inputs)
-        return real if output is None else _quantized(real, func, output)
+        return real if output is None else _quantized(real, func, output, scales)
 
     return compute
 
 
-def _quantized(real, func: relax.Function, output: TensorScale):
-    """The composite `func`'s result `real` rounded to u8 codes on `output`'s scale."""
+def _quantized(real, func: relax.Function, output: TensorScale, scales: te.Tensor):
+    """The composite `func`'s result `real` rounded to u8 codes on `output`'s scale, as
+    `scales` (`_epilogue_scales`) hold it."""
     if output.zero_point == 0 and _op_name(func.body.blocks[0].bindings[-1].value) == "relax.nn.relu":
         real = real.op.input_tensors[0]  # the quantize's saturation at code 0 is the ReLU
-    return requantize.quantize(real, output.scale, output.zero_point)
+    return requantize.requantized(real, scales[_OUTPUT_INVERSE_SCALE], scales[_OUTPUT_SHIFT])
 
 
 def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
