@@ -85,7 +85,8 @@ def _feed(digest, value) -> None:
 
 def model_bytes(model) -> tuple[bytes, object]:
     """(the bytes that key `model`, the model for the build to read): a file's own bytes where it
-    keeps no external data, else the model loaded with its external data, serialized."""
+    keeps no external data, given bytes, a given ModelProto serialized, else the model loaded
+    with its external data, serialized."""
     if isinstance(model, (str, os.PathLike)) and Path(model).is_file():
         data = Path(model).read_bytes()
         parsed = onnx.ModelProto()
@@ -97,6 +98,8 @@ def model_bytes(model) -> tuple[bytes, object]:
             return data, model  # the build reads the file again, and names it in its errors
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model), model
+    if isinstance(model, onnx.ModelProto):  # checked by the build on a miss; a hit was checked before
+        return model.SerializeToString(), model
     model = load_model(model)
     return model.SerializeToString(), model
 
