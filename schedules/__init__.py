@@ -39,13 +39,12 @@ from ..ir_names import (
     WINOGRAD_NCHWC_RULE,
 )
 from . import (
+    amx,
     attention,
-    conv_amx,
     conv_nchw,
     conv_nchwc,
     conv_nchwc_bf16,
     conv_nchwc_int8,
-    dense_amx,
     dense_bf16,
     dense_dot,
     dense_int8,
@@ -56,7 +55,6 @@ from . import (
     winograd_nchwc,
     winograd_nchwc_bf16,
 )
-from .amx import ConvTiles, Tiles
 from .common import anchor_block
 
 
@@ -91,10 +89,10 @@ RULES = {
                           dense_dot.knob_space),
     DENSE_INT8_GROUPS_RULE: Rule(dense_int8.schedule_groups, dense_packed.DensePackedKnobs,
                                  dense_int8.default_group_knobs, dense_int8.group_knob_space),
-    CONV_NCHWC_AMX_RULE: Rule(conv_amx.schedule, ConvTiles, conv_amx.default_knobs, conv_amx.knob_space),
-    DENSE_AMX_RULE: Rule(dense_amx.schedule, Tiles, dense_amx.default_knobs, dense_amx.knob_space),
-    DENSE_AMX_GROUPS_RULE: Rule(dense_amx.schedule_groups, Tiles, dense_amx.default_group_knobs,
-                                dense_amx.group_knob_space),
+    CONV_NCHWC_AMX_RULE: Rule(amx.conv.schedule, amx.conv.ConvTiles, amx.conv.default_knobs, amx.conv.knob_space),
+    DENSE_AMX_RULE: Rule(amx.dense.schedule, amx.machine.Tiles, amx.dense.default_knobs, amx.dense.knob_space),
+    DENSE_AMX_GROUPS_RULE: Rule(amx.dense.schedule_groups, amx.machine.Tiles, amx.dense.default_group_knobs,
+                                amx.dense.group_knob_space),
     ROWWISE_RULE: Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     WINOGRAD_NCHWC_RULE: Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
                               winograd_nchwc.default_knobs, winograd_nchwc.knob_space),

@@ -54,4 +54,4 @@ def test_a_layer_imports_nothing_above_it(layer):
 def test_the_check_sees_relative_imports():
     # transform/lower_composites.py reads the fusion table: the check must see that import.
     assert "patterns.table" in _imported(_root("transform") / "lower_composites.py", "transform")
-    assert "compute.bf16" in _imported(_root("schedules") / "amx.py", "schedules")
+    assert "compute.bf16" in _imported(_root("schedules") / "amx" / "machine.py", "schedules")

@@ -1,6 +1,6 @@
 """Shared schedule rules (`schedules.common`): which way a conv's parallel tasks split between
 the cores (`splits_channels`), for the fp32 and dot-product convs (the AMX conv's own test is
-in `test_conv_amx.py`), and the depthwise convs' rows."""
+in `amx/test_conv.py`), and the depthwise convs' rows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tvm import te
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tests.quantization.models import residual_block
-from tests.schedules.test_conv_amx import VECTOR_HOST
+from tests.schedules.amx.test_conv import VECTOR_HOST
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8

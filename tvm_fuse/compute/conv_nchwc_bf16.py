@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tvm import te, tirx
 
+from ..amx import amx_conv_attrs, amx_conv_output
 from ..ir_names import CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
-from . import amx_conv_attrs, amx_conv_output
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
 from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index
 
@@ -21,8 +21,8 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     """`out[n, oc, y, x, ob] = sum_{ic, ky, kx, ip, p} bf16(data[n, ic, y*s+ky*d, x*s+kx*d, ip*2+p]) *
     w[oc, ic, ky, kx, ip, ob, p]` in fp32, `w` the bf16 bits of `compute.bf16.pack_pairs`.
     `native`: tensorized with `vdpbf16ps`, else with its portable form (`DOT_PRODUCT_ATTR`).
-    `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx_conv`;
-    their weights' input block may be several of the data's (`compute.amx_input_blocks`), which
+    `amx`: computed on AMX tiles (`tdpbf16ps`) instead, where the shape `amx.fits_amx_conv`;
+    their weights' input block may be several of the data's (`amx.amx_input_blocks`), which
     the data's are merged into as it is padded. `out_block`: the output's channel block, where
     it is several of the weight's (`split_output_blocks`: an AMX conv's C tiles of 16 in a
     block of 32)."""

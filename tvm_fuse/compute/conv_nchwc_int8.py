@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from tvm import te
 
+from ..amx import amx_conv_attrs, amx_conv_output
 from ..ir_names import CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
-from . import amx_conv_attrs, amx_conv_output
 from .conv import crop, merge_channel_blocks, sliding_window
 
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
@@ -23,8 +23,8 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     real zero, so that the weights' zero-point correction (a constant per output channel,
     folded into the bias) holds at the borders too. `vnni`: the dot product the schedule
     tensorizes with (`DOT_PRODUCT_ATTR`: "vnni" or "avx512"). `amx`: computed on AMX tiles
-    (`tdpbusd`) instead, where the shape `compute.fits_amx_conv`; their weights' input block may
-    be several of the data's (`compute.amx_input_blocks`), which the data's are merged into as it
+    (`tdpbusd`) instead, where the shape `amx.fits_amx_conv`; their weights' input block may
+    be several of the data's (`amx.amx_input_blocks`), which the data's are merged into as it
     is padded."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_quads, out_block, quad = weight.shape
     group = int(in_quads) * QUAD // int(data.shape[-1])

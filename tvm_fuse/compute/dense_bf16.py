@@ -1,6 +1,6 @@
 """bf16 dense layers: `x[..., K] @ W[K, N]` with fp32 `x` rounded to bf16 in one pass, and W's bf16
 bits packed [N/b, K/2, b, 2] (`compute.bf16.pack_dense_pairs`), summed in fp32: each step a
-b x 2 pair dot product, `vdpbf16ps`; or, on AMX, the same sum in tiles (`schedules.dense_amx`),
+b x 2 pair dot product, `vdpbf16ps`; or, on AMX, the same sum in tiles (`schedules.amx.dense`),
 for which the [N/16, K/2, 16, 2] pack is the layout of the matrix engine's B tiles."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .matmul import dense_product
 
 def dense_packed_bf16(x: te.Tensor, packed: te.Tensor, native: bool = True, amx: bool = False) -> te.Tensor:
     """`native`: tensorized with `vdpbf16ps`, else with its portable form. `amx`: computed on
-    AMX tiles (`tdpbf16ps`) instead, where the shape `compute.fits_amx`."""
+    AMX tiles (`tdpbf16ps`) instead, where the shape `amx.fits_amx`."""
     chunks, pairs, block, pair = packed.shape
     bits = to_bits_tensor(x)
     kp = te.reduce_axis((0, pairs), name="kp")

@@ -19,6 +19,7 @@ import functools
 import numpy as np
 from tvm import te, tirx
 
+from ..amx import fits_amx
 from ..ir_names import (
     DENSE_AMX_GROUPS_RULE,
     DENSE_AMX_RULE,
@@ -28,7 +29,6 @@ from ..ir_names import (
     ROWWISE_RULE,
     SCHEDULE_RULE,
 )
-from . import fits_amx
 from .matmul import cropped, dense_product, packing_block, padded_rows, row_source
 from .requantize import ROUNDING_SHIFT, U8_MAX
 
@@ -114,7 +114,7 @@ def _group_reduction(shape, value, reducer, lanes: int, name: str, anchor: bool 
 def dense_int8(codes: te.Tensor, packed: te.Tensor, vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`codes[..., K] @ W` in s32, W packed by `pack_dense_quads`. `vnni`: the dot product the
     schedule tensorizes with (`vpdpbusd`, else `vpmaddubsw` + `vpmaddwd` on 7-bit weights).
-    `amx`: computed on AMX tiles (`tdpbusd`) instead, where the shape `compute.fits_amx`."""
+    `amx`: computed on AMX tiles (`tdpbusd`) instead, where the shape `amx.fits_amx`."""
     chunks, quads, block, quad = packed.shape
     kq = te.reduce_axis((0, quads), name="kq")
     q = te.reduce_axis((0, quad), name="q")

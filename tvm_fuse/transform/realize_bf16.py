@@ -20,8 +20,8 @@ output is fp32, so what reads it is unchanged. A stem reads the network's NCHW i
 blocking it as it reads it (`_blocked_view`).
 
 On a target with AMX-BF16, a dense layer whose reduction is a multiple of 32 and whose columns
-a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.dense_amx`),
-and so does a conv in output blocks of 16 (`schedules.conv_amx`, 3x3s included, which
+a multiple of 16 computes on the matrix engine's tiles (`tdpbf16ps`, `schedules.amx.dense`),
+and so does a conv in output blocks of 16 (`schedules.amx.conv`, 3x3s included, which
 Winograd would otherwise take), with the same weight packing; other shapes stay on `vdpbf16ps`.
 Its convs' blocks of 32 (`pipeline.layout`) are the tiles' alone: their weights packed in
 blocks of 16, a B tile's (`conv.split_output_blocks`).
@@ -44,7 +44,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import provenance
-from ..compute import AMX_COLUMNS, amx_conv_layout, fits_amx
+from ..amx import AMX_COLUMNS, amx_conv_layout, fits_amx
 from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks, split_output_blocks
 from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16

@@ -32,8 +32,9 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from ..amx import amx_conv_layout, fits_amx
 from ..calibration_table import CalibrationTable, TensorScale
-from ..compute import amx_conv_layout, fits_amx, requantize
+from ..compute import requantize
 from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
 from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
 from ..compute.dense_int8 import (

@@ -1,7 +1,7 @@
-"""Convs on AMX tiles (`schedules.conv_amx`): int8 (`tdpbusd`) exactly the integer conv, bf16
+"""Convs on AMX tiles (`schedules.amx.conv`): int8 (`tdpbusd`) exactly the integer conv, bf16
 (`tdpbf16ps`) the conv of the rounded operands, for 1x1, 3x3, strided and dilated windows and
 every tile setting; each tile program in emulation on any host and on the tiles where AMX is
-permitted (`tests/schedules/test_amx.py`'s PROGRAMS); whole models built for a target with AMX."""
+permitted (`test_dense.py`'s PROGRAMS); whole models built for a target with AMX."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tests.quantization.models import residual_block
 from tests.quantization.test_int8_build import TABLE
-from tests.schedules.test_amx import PROGRAMS, SAPPHIRE_RAPIDS, TILE_INSTRUCTION, _amx_target_build, _executable
+from tests.schedules.amx.test_dense import PROGRAMS, SAPPHIRE_RAPIDS, TILE_INSTRUCTION, _amx_target_build, _executable
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute.bf16 import bits_of, pack_pairs, value_of
 from tvm_fuse.compute.conv import fold_row_taps, fold_weight_taps, merge_input_blocks, split_output_blocks
@@ -28,7 +28,9 @@ from tvm_fuse.frontend import relax_module
 from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE, optimize
 from tvm_fuse.quantization.weights import pack_vnni
-from tvm_fuse.schedules import ConvTiles, apply, common, conv_amx, knob_space
+from tvm_fuse.schedules import apply, common, knob_space
+from tvm_fuse.schedules.amx import conv as conv_amx
+from tvm_fuse.schedules.amx.conv import ConvTiles
 from tvm_fuse.target import host_cpu, parse_target
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
 from tvm_fuse.transform.realize_bf16 import bf16_pass

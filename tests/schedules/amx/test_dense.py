@@ -23,7 +23,7 @@ from tvm_fuse.ir_names import DENSE_AMX_RULE, KNOBS_ATTR, SCHEDULE_RULE
 from tvm_fuse.models.built import transformer_encoder
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import apply, knob_space
-from tvm_fuse.schedules.amx import Tiles, emulated_tiles
+from tvm_fuse.schedules.amx.machine import Tiles, emulated_tiles
 from tvm_fuse.target import host_cpu, host_features, parse_target
 
 SAPPHIRE_RAPIDS = "llvm -mcpu=sapphirerapids"
@@ -126,7 +126,7 @@ def test_tuned_tiles_beyond_the_registers_fall_back_to_the_default():
     assert scheduled.attrs[KNOBS_ATTR] == "default"
 
 
-# Each tile program runs twice where AMX exists: as its emulation (`amx.emulated_tiles`, plain
+# Each tile program runs twice where AMX exists: as its emulation (`machine.emulated_tiles`, plain
 # loops on any host: every address, stride and tile number the program uses) and on the tiles.
 PROGRAMS = ["emulated", pytest.param("tiles", marks=pytest.mark.amx)]
 
