@@ -25,10 +25,8 @@ import warnings
 import onnx
 
 import tvm_fuse
-from tvm_fuse.compare import differences, onnxruntime_session, time_alternating
+from tvm_fuse.compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
-
-from models import OpenVINOSession
 
 
 def _architectures() -> dict:

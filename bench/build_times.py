@@ -24,10 +24,10 @@ import onnx
 import tvm_fuse
 from tvm_fuse import build_timings
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import onnxruntime_session
+from tvm_fuse.compare import OpenVINOSession, onnxruntime_session
 from tvm_fuse.quantization.calibrate import quantize
 
-from models import CNNS, REAL_MODELS, OpenVINOSession, cpu_model, model_and_feed
+from models import CNNS, REAL_MODELS, cpu_model, model_and_feed
 
 CALIBRATION_FEEDS = 4  # the table's samples; calibrating is not part of an int8 build here
 

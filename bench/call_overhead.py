@@ -17,11 +17,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
-from tvm_fuse.compare import onnxruntime_session
+from tvm_fuse.compare import OpenVINOSession, onnxruntime_session
 from tvm_fuse.target import host_cpu
 from tvm_fuse.threads import set_num_threads
-
-from models import OpenVINOSession
 
 
 def tiny_model() -> onnx.ModelProto:

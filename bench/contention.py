@@ -24,10 +24,10 @@ from pathlib import Path
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import onnxruntime_session, time_alternating
+from tvm_fuse.compare import OpenVINOSession, onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
 
-from models import OpenVINOSession, model_and_feed
+from models import model_and_feed
 
 
 def busy_loop(cpu: int) -> None:

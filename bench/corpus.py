@@ -27,11 +27,11 @@ import numpy as np
 import onnx
 
 import tvm_fuse
-from tvm_fuse.compare import onnxruntime_session, time_alternating
+from tvm_fuse.compare import OpenVINOSession, onnxruntime_session, time_alternating
 from tvm_fuse.models.corpus import corpus, corpus_feed, corpus_path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import OpenVINOSession, cpu_model  # noqa: E402
+from models import cpu_model  # noqa: E402
 
 RTOL = {"float16": 2**-9}  # of each output's largest magnitude, by dtype
 DEFAULT_RTOL = 1e-3

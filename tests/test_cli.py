@@ -52,10 +52,27 @@ def test_build_then_run_the_exported_library(tmp_path):
 def test_bench_prints_latency_next_to_onnxruntime(tmp_path):
     model_path = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(batch=2), model_path)
-    result = tvm_fuse_cmd("bench", str(model_path), "--target", AVX512_TARGET, "--repeat", "3")
+    result = tvm_fuse_cmd("bench", str(model_path), "--target", AVX512_TARGET, "--repeat", "3", "--precision", "fp32")
     assert result.returncode == 0, result.stderr
     assert "tvm_fuse" in result.stdout and "onnxruntime" in result.stdout
     assert "ONNX Runtime / tvm_fuse" in result.stdout and "max abs output difference" in result.stdout
+
+
+@pytest.mark.avx512
+def test_bench_times_every_precision_of_the_target_beside_the_other_runtimes(tmp_path, capsys):
+    """By default: fp32 and int8 for an AVX-512 target without AVX512-BF16 (bf16 where it has it),
+    each with ONNX Runtime's time and ratio and our output's distance from ONNX Runtime fp32."""
+    model_path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(batch=2), model_path)
+    assert cli.main(["bench", str(model_path), "--target", AVX512_TARGET, "--repeat", "2", "--warmup", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "int8 calibrated on 8 seeded random inputs" in out
+    header, *rows = [line for line in out.splitlines() if line.split()[:1] in (["precision"], ["fp32"], ["bf16"],
+                                                                               ["int8"])]
+    assert "ONNX Runtime ms" in header and "ONNX Runtime / ours" in header and "max rel diff" in header
+    assert [row.split()[0] for row in rows] == ["fp32", "int8"]
+    fp32_diff = float(rows[0].split()[-1])
+    assert fp32_diff < 1e-5
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,20 @@
 """
 
 import os as _os
+import sys as _sys
 
-from .target import host_cores as _host_cores
+# TVM imports torch as it loads, where torch is installed (apache-tvm-ffi, for a symbol clash on
+# Windows; Relax, for its PyTorch interop): a second of every start and 200 MB of memory that
+# tvm_fuse, which passes numpy arrays, never uses. It loads here as if torch were absent; torch
+# works as before, imported before or after.
+if "torch" not in _sys.modules and "tvm" not in _sys.modules:
+    _sys.modules["torch"] = None  # `import torch` raises ImportError
+    try:
+        import tvm  # noqa: F401
+    finally:
+        del _sys.modules["torch"]
+
+from .target import host_cores as _host_cores  # noqa: E402
 
 # TVM sizes its thread pool, on first use, to half the logical CPUs on x86 (it assumes
 # hyper-threading): one thread on a 2-vCPU machine. Default to every CPU we may run on.
@@ -30,6 +42,7 @@ from .errors import (
 from .frontend.importer import TensorInfo
 from .quantization.calibrate import quantize
 from .quantization.config import QuantConfig
+from .streams import Streams
 from .target import host_features, parse_target
 from .threads import set_num_threads, set_spinning
 
@@ -42,6 +55,7 @@ __all__ = [
     "Latency",
     "ModelLoadError",
     "QuantConfig",
+    "Streams",
     "TargetError",
     "TensorInfo",
     "TvmFuseError",

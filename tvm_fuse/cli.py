@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import numpy as np
 
 from . import api, build_timings, cache, models
 from .benchmark import random_feed
-from .compare import differences, onnxruntime_session, time_alternating
+from .compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
 from .errors import InputError, TvmFuseError
 from .explain import FusionReport
 from .frontend.load import load_model
@@ -137,6 +138,85 @@ def cmd_tune(args) -> int:
 def cmd_bench(args) -> int:
     if args.no_spinning:
         set_spinning(False)
+    if args.int8 or args.precision:
+        args.precision = args.precision or "fp32"
+        return _bench_one(args)
+    return _bench_precisions(args)
+
+
+BENCH_CALIBRATION_FEEDS = 8  # `bench`'s int8 builds calibrate on this many seeded random inputs
+
+
+def _bench_precisions(args) -> int:
+    """fp32 and each precision the target runs (bf16 with AVX512-BF16; int8 with AVX2 or
+    AVX-512), each beside ONNX Runtime and OpenVINO (where installed) at that precision, every
+    runtime taking turns."""
+    onnx_model = load_model(_load_onnx(args.model, args.batch))
+    options = dict(target=args.target, input_shapes=dict(args.input_shape or []), disable_fusion=args.disable_fusion,
+                   tuning_logs=args.tuning_logs, cache_dir=args.cache_dir)
+    fp32 = api.build(onnx_model, **options)
+    feed = random_feed(fp32.get_inputs(), dims={"batch": args.batch})
+    ours = {"fp32": fp32}
+    if "avx512_bf16" in fp32.features:
+        ours["bf16"] = api.build(onnx_model, precision="bf16", **options)
+    calibration = None
+    if fp32.features & {"avx2", "avx512bw"}:
+        calibration = [random_feed(fp32.get_inputs(), np.random.default_rng(seed), {"batch": args.batch})
+                       for seed in range(BENCH_CALIBRATION_FEEDS)]
+        ours["int8"] = api.build(onnx_model, quantize=QuantConfig(calibration=calibration), **options)
+    threads = args.threads or host_cores()
+    print(f"model {args.model}, target {target_string(fp32.target, brief=True)}, {threads} thread(s), {args.repeat} "
+          f"runs after {args.warmup} warm-up, every runtime taking turns"
+          + (f"; int8 calibrated on {len(calibration)} seeded random inputs (a speed check: not an accuracy one)"
+             if calibration else ""))
+    runtimes = {("tvm_fuse", precision): model for precision, model in ours.items()}
+    if not args.no_ort:
+        runtimes.update(_reference_runtimes(onnx_model, ours, calibration, threads, not args.no_spinning))
+    times = time_alternating({f"{name} {precision}": runtime for (name, precision), runtime in runtimes.items()},
+                             feed, threads, args.warmup, args.repeat)
+    ms = {key: times[f"{key[0]} {key[1]}"].median_ms for key in runtimes}
+    reference = runtimes.get(("onnxruntime", "fp32"))
+    others = [name for name in ("onnxruntime", "openvino") if any(key[0] == name for key in runtimes)]
+    labels = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+    print(f"{'precision':10}{'tvm_fuse ms':>12}" + "".join(f"{labels[n] + ' ms':>17}{labels[n] + ' / ours':>20}"
+                                                          for n in others)
+          + ("   max rel diff" if reference else ""))
+    for precision, model in ours.items():
+        line = f"{precision:10}{ms['tvm_fuse', precision]:12.2f}"
+        for name in others:
+            # ONNX Runtime has no bf16: its fp32 stands beside our bf16, marked so.
+            key = next((k for k in [(name, precision), (name, "fp32")] if k in ms), None)
+            mark = "" if key == (name, precision) else "*"
+            line += f"{ms[key]:16.2f}{mark or ' '}{ms[key] / ms['tvm_fuse', precision]:19.3f}x"
+        if reference:
+            line += f"{differences(model.run(None, feed), reference.run(None, feed))[1]:15.3g}"
+        print(line)
+    print("above 1: tvm_fuse is faster; * that runtime in fp32 (it has no such precision here)"
+          + ("; max rel diff: tvm_fuse's outputs against ONNX Runtime fp32, relative to the largest" if reference
+             else ""))
+    return 0
+
+
+def _reference_runtimes(onnx_model, ours: dict, calibration, threads: int, spinning: bool) -> dict:
+    """ONNX Runtime and, where installed, OpenVINO at each precision of `ours` they run: ONNX
+    Runtime in fp32 and in int8 (its static QDQ model), OpenVINO in f32, bf16 (its precision
+    hint) and int8 (NNCF's), the int8 models calibrated on `calibration`."""
+    runtimes = {("onnxruntime", "fp32"): onnxruntime_session(onnx_model, threads, spinning)}
+    if "int8" in ours:
+        runtimes["onnxruntime", "int8"] = onnxruntime_session(ort_int8_model(onnx_model, calibration), threads,
+                                                              spinning)
+    try:
+        runtimes["openvino", "fp32"] = OpenVINOSession(onnx_model, threads)
+    except ImportError:
+        return runtimes
+    if "bf16" in ours:
+        runtimes["openvino", "bf16"] = OpenVINOSession(onnx_model, threads, "bf16")
+    if "int8" in ours and importlib.util.find_spec("nncf") is not None:
+        runtimes["openvino", "int8"] = OpenVINOSession(onnx_model, threads, calibration=calibration)
+    return runtimes
+
+
+def _bench_one(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
     model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
                       disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
@@ -329,16 +409,22 @@ def parser() -> argparse.ArgumentParser:
     tune_.add_argument("--plot", metavar="FILE.png", help="write a PNG of each kernel's best latency so far vs trials "
                                                           "(needs matplotlib: pip install 'tvm_fuse[bench]')")
 
-    bench = command("bench", cmd_bench, "time a model against ONNX Runtime (with --int8: in fp32 and in int8), "
-                    "same inputs and threads", DEFAULT_MODEL)
-    bench.epilog = ("With --int8 --calib SAMPLES, tvm_fuse runs in int8 and ONNX Runtime both in fp32 and in int8: "
+    bench = command("bench", cmd_bench, "time a model against ONNX Runtime and OpenVINO in fp32 and in each "
+                    "precision the target runs (bf16, int8), same inputs and threads", DEFAULT_MODEL)
+    bench.set_defaults(precision=None)
+    bench.epilog = ("By default tvm_fuse runs in fp32, in bf16 where the target has AVX512-BF16, and in int8 where it "
+                    f"has AVX2 or AVX-512, the int8 build calibrated on {BENCH_CALIBRATION_FEEDS} seeded random inputs; "
+                    "ONNX Runtime in fp32 and in int8 (its quantize_static model on the same inputs), OpenVINO, where "
+                    "installed, in f32, bf16 (its precision hint) and int8 (NNCF on the same inputs); all take turns. "
+                    "--precision or --int8 times that one precision instead. "
+                    "With --int8 --calib SAMPLES, tvm_fuse runs in int8 and ONNX Runtime both in fp32 and in int8: "
                     f"its quantize_static model ({ORT_INT8_SCHEME}) calibrated on the same samples with the same "
                     "--calib-method, --calib-samples and --int8-exclude. A --calib table has no samples for ONNX "
                     "Runtime to calibrate on: it then runs in fp32 only.")
-    bench.add_argument("--threads", type=int, help="threads for both runtimes (default: one per core)")
+    bench.add_argument("--threads", type=int, help="threads for every runtime (default: one per core)")
     bench.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime (default 20)")
     bench.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
-    bench.add_argument("--no-ort", action="store_true", help="time tvm_fuse alone")
+    bench.add_argument("--no-ort", action="store_true", help="time tvm_fuse alone (no ONNX Runtime or OpenVINO)")
     bench.add_argument("--no-spinning", action="store_true",
                        help="idle threads of both runtimes sleep at once instead of spinning between kernels "
                             "(tvm_fuse.set_spinning(False); ONNX Runtime's session.intra_op.allow_spinning 0): "

@@ -50,6 +50,38 @@ def onnxruntime_session(model: onnx.ModelProto, num_threads: int, spinning: bool
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+class OpenVINOSession:
+    """An ONNX model compiled by OpenVINO's CPU plugin for latency on `num_threads` threads,
+    run like an ONNX Runtime session: `run(None, feed)` returns the outputs in the graph's order.
+    `precision` is OpenVINO's inference precision hint: "f32", or "bf16" to let it compute in
+    bfloat16 where the CPU supports it."""
+
+    def __init__(self, model: onnx.ModelProto, num_threads: int, precision: str = "f32",
+                 calibration: list[dict] | None = None):
+        """`calibration`: feeds on which NNCF's post-training quantization (`nncf.quantize`, its
+        defaults: int8 activations and per-channel weights) makes the model int8 first."""
+        try:
+            import openvino
+        except ImportError:
+            raise ImportError("comparing with OpenVINO needs it installed: pip install 'tvm_fuse[bench]'") from None
+        core = openvino.Core()
+        config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": num_threads,
+                  "PERFORMANCE_HINT": "LATENCY"}
+        # read_model takes the serialized ONNX model as bytes (a str would be read as a path).
+        read = core.read_model(model.SerializeToString())
+        if calibration is not None:
+            import nncf
+
+            read = nncf.quantize(read, nncf.Dataset(calibration), subset_size=len(calibration))
+        self.compiled = core.compile_model(read, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.output_names = [output.name for output in model.graph.output]
+
+    def run(self, output_names, feed: dict) -> list[np.ndarray]:
+        result = self.request.infer(feed, share_inputs=True)  # reads the feed's arrays in place
+        return [result[name] for name in output_names or self.output_names]
+
+
 def differences(ours: list[np.ndarray], reference: list[np.ndarray]) -> tuple[float, float]:
     """(max absolute difference, max difference relative to each output's largest magnitude)."""
     abs_diff = rel_diff = 0.0

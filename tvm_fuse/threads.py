@@ -1,5 +1,6 @@
-"""The kernels' threads: how many (`set_num_threads`), what they do between kernels
-(`set_spinning`), and runs in a forked process (`in_a_fresh_thread`).
+"""The kernels' threads: how many (`set_num_threads`), on which cores for a stream's thread
+(`pin_this_thread`), what they do between kernels (`set_spinning`), and runs in a forked
+process (`in_a_fresh_thread`).
 
 TVM keeps one pool of threads per thread that runs kernels, started at its first parallel
 kernel; what idle threads do is fixed for the whole process when its first pool starts."""
@@ -16,10 +17,11 @@ from .errors import TvmFuseError
 
 SPIN_COUNT_ENV = "TVM_THREAD_POOL_SPIN_COUNT"  # read by TVM once, as its first pool starts
 _BIG_CORES = 1  # TVM's default affinity mode
+_GIVEN_CORES = -2  # TVM's affinity mode for a list of cores, a thread on each
 
 _pool_started = False
 _thread_count: int | None = None  # set_num_threads's count; None: TVM's default, every core
-_this_thread = threading.local()  # .thread_count: the count this thread's pool was given
+_this_thread = threading.local()  # .thread_count: the count this thread's pool was given; .pinned
 _forked_from: int | None = None  # in a forked child, the thread that forked
 
 
@@ -36,11 +38,19 @@ def set_num_threads(count: int) -> None:
 def configure_this_thread() -> None:
     """Give this thread's pool the count of `set_num_threads`, if it has not got it (not the
     pool of the thread that forked this process: its workers are the parent's)."""
-    if _thread_count is None or threading.get_ident() == _forked_from:
+    if _thread_count is None or threading.get_ident() == _forked_from or getattr(_this_thread, "pinned", False):
         return
     if getattr(_this_thread, "thread_count", None) != _thread_count:
         tvm.get_global_func("runtime.config_threadpool")(_BIG_CORES, _thread_count)
         _this_thread.thread_count = _thread_count
+
+
+def pin_this_thread(cpus: list[int]) -> None:
+    """Run this thread's kernels on `cpus` alone, a thread on each (this thread on them too),
+    whatever `set_num_threads` says: a stream's cores (`streams.Streams`)."""
+    mark_pool_started()
+    tvm.get_global_func("runtime.config_threadpool")(_GIVEN_CORES, len(cpus), [str(cpu) for cpu in cpus])
+    _this_thread.pinned = True
 
 
 # A forked child has only the thread that forked, and that thread's pool (if it had started one)
