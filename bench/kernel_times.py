@@ -24,7 +24,7 @@ import tvm
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
 from tvm_fuse.frontend.importer import graph_inputs
-from tvm_fuse.transform.realize_bf16 import PRECISIONS
+from tvm_fuse.transform.realize.bf16 import PRECISIONS
 
 from models import CALIBRATION_SEED, model_and_feed
 

@@ -23,10 +23,11 @@ from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
 from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
-from .quantization.realization import calibrated, checked_config, realize_int8
+from .quantization.realization import calibrated, checked_config
 from .target import isa_features, parse_target, target_string, vector_lanes, without_amx
 from .threads import set_num_threads
-from .transform.realize_bf16 import bf16_pass
+from .transform.realize.bf16 import bf16_pass
+from .transform.realize.int8 import realize_int8
 from .tuning.database import TuningDatabase, log_paths
 
 

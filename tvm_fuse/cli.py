@@ -24,7 +24,7 @@ from .quantization.config import ACTIVATIONS, METHODS, QuantConfig
 from .target import host_cores, target_string
 from .threads import set_spinning
 from .transform.lower_composites import WINOGRAD_SWITCH
-from .transform.realize_bf16 import PRECISIONS
+from .transform.realize.bf16 import PRECISIONS
 from .tuning.database import ENV_LOGS
 from .tuning.tune import tune
 

@@ -25,8 +25,8 @@ from .ir_names import ANCHOR_ATTR, KERNEL_ATTR, KNOBS_ATTR, PATTERN_ATTR, UNBUIL
 from .patterns.switches import env_variable
 from .patterns.table import ANCHORS, operands_fit
 from .transform.blocked_layout import plain_reason
-from .transform.realize_bf16 import BF16_ATTR
-from .transform.realize_int8 import INT8_ATTR
+from .transform.realize.bf16 import BF16_ATTR
+from .transform.realize.int8 import INT8_ATTR
 from .transform.rebind import use_counts
 
 _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}

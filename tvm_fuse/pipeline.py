@@ -28,6 +28,7 @@ from .transform.clip_to_min_max import ClipToMinMax
 from .transform.concat_in_place import ConcatInPlace
 from .transform.conv1d_as_dense import Conv1dAsDense
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
+from .transform.dataflow_around_ifs import DataflowAroundIfs
 from .transform.dense import CanonicalizeDense
 from .transform.fast_math import FastMath
 from .transform.fold_batch_norm import FoldBatchNorm
@@ -60,7 +61,7 @@ from .tuning.database import TuningDatabase
 
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
-    """The forms the fusion table expects: constants folded first (a conv bias is a reshape of
+    """The forms the fusion table expects: the ops around an If in dataflow blocks, constants folded first (a conv bias is a reshape of
     one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, a conv's zero Pad
     as its own padding, Gemm / MatMul + Add as dense + bias, a transposed conv whose kernel is
     its stride as a 1x1 conv, batch-norm folded into the layer before it (unless `conv_bn` /
@@ -72,6 +73,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
+        DataflowAroundIfs(),
         FoldConstants(),
         StackedReductionToBinary(),
         RemoveNoOps(),

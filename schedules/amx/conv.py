@@ -33,15 +33,14 @@ from ...compute.conv import split_weight_index
 from ..common import divisors, splits_channels, static_extent, store_tile
 from ..conv_nchwc_dot import inline_elementwise, input_pass
 from .machine import (
-    BF16,
     COLUMNS,
-    INT8,
     MAX_ROWS,
     TILE_REGISTERS,
     TileKind,
     Tiles,
     element_bytes,
     emulated,
+    kind_of,
     machine,
     registers,
     tensorize_tiles,
@@ -260,10 +259,6 @@ def _conv_function(name: str, kind: TileKind, tiles: ConvTiles, window: ConvWind
 
 
 
-def _kind(sch: s_tir.Schedule, block) -> TileKind:
-    return INT8 if str(sch.get(block).reads[1].source.dtype) == "int8" else BF16
-
-
 def _extents(sch: s_tir.Schedule, block) -> tuple[int, int]:
     """(output width, C tiles along the output channels: its blocks' `ConvWindow.block_tiles` each)."""
     loops = sch.get_loops(block)
@@ -357,7 +352,7 @@ def _window(sch: s_tir.Schedule, block) -> ConvWindow:
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
-    kind = _kind(sch, block)
+    kind = kind_of(sch, block)
     window = _window(sch, block)
     if knobs.width and knobs.width != _extents(sch, block)[0]:  # a run's rows are the input's whole rows
         raise ValueError(f"{knobs}: a run of tiles over rows of {knobs.width}, in a conv of another width")

@@ -36,7 +36,6 @@ from ..common import (
     vectorize_innermost,
 )
 from .machine import (
-    BF16,
     COLUMNS,
     INT8,
     MAX_ROWS,
@@ -44,6 +43,7 @@ from .machine import (
     TileKind,
     Tiles,
     emulated,
+    kind_of,
     machine,
     registers,
     tensorize_tiles,
@@ -138,10 +138,6 @@ def _impl(kind: TileKind, tiles: Tiles, k: int) -> tirx.PrimFunc:
 TILE_GRIDS = [(2, 2), (1, 3), (3, 1), (1, 2), (2, 1), (1, 1)]
 
 
-def _kind(sch: s_tir.Schedule, block) -> TileKind:
-    return INT8 if str(sch.get(block).reads[1].source.dtype) == "int8" else BF16
-
-
 def _extents(sch: s_tir.Schedule, block, reductions: int = 2) -> tuple[int, int]:
     """(rows, column tiles) of the product: M (0 if symbolic) and N / 16; its loops end in
     rows, columns and `reductions` (K in words and packs; a grouped product's groups)."""
@@ -175,7 +171,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: Tiles | None = None)
     knobs = knobs or default_knobs(sch, block, lanes)
     if not knobs.fits():
         raise ValueError(f"{knobs} needs more than the 8 tile registers")
-    kind = _kind(sch, block)
+    kind = kind_of(sch, block)
     epilogue = inline_epilogue(sch, block)
     for producer in sch.get_producers(block):  # an fp32 input's rounding to bf16, if any
         *outer_loops, _ = sch.get_loops(producer)

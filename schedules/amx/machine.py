@@ -48,6 +48,11 @@ INT8 = TileKind("int8", "uint8", "int8", "int32", 4, "llvm.x86.tdpbusd",
                 lambda a, b: a.astype("int32") * b.astype("int32"))
 
 
+def kind_of(sch: s_tir.Schedule, block) -> TileKind:
+    """The product a scheduled block computes, by its weight's type: s8 is int8, else bf16 bits."""
+    return INT8 if str(sch.get(block).reads[1].source.dtype) == "int8" else BF16
+
+
 @dataclass(frozen=True)
 class Tiles:
     """A block of C in tiles: `row_tiles` x `column_tiles` C tiles of `rows` x 16."""

@@ -7,6 +7,15 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 
+def _model(name: str, nodes, x_shape, y_shape, weights):
+    """An opset-17 model of `nodes` from input x to output y."""
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     """x -> conv3x3+relu (a) -> conv3x3 + x -> relu (b) -> conv1x1 (y): every conv int8-able."""
     rng = np.random.default_rng(seed)
@@ -29,13 +38,7 @@ def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     ]
     weights = [weight("w1", c, c, 3), bias("b1", c), weight("w2", c, c, 3), bias("b2", c),
                weight("w3", 2 * c, c, 1), bias("b3", 2 * c)]
-    graph = helper.make_graph(nodes, "residual_block",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2 * c, size, size])],
-                              weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("residual_block", nodes, [1, c, size, size], [1, 2 * c, size, size], weights)
 
 
 def classifier(batch: int = 1, channels: int = 32, classes: int = 1000, size: int = 8, seed: int = 0):
@@ -53,12 +56,7 @@ def classifier(batch: int = 1, channels: int = 32, classes: int = 1000, size: in
         helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
         helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["y"], name="fc", transB=1),
     ]
-    graph = helper.make_graph(nodes, "classifier",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, size, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, classes])], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("classifier", nodes, [batch, c, size, size], [batch, classes], weights)
 
 
 def stem(size: int = 32, seed: int = 0):
@@ -79,11 +77,7 @@ def stem(size: int = 32, seed: int = 0):
         helper.make_node("Relu", ["s"], ["y"], name="relu3"),
     ]
     out = size // 4
-    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, out, out])], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("stem", nodes, [1, 3, size, size], [1, 16, out, out], weights)
 
 
 def inverted_residual(channels: int = 16, expand: int = 4, size: int = 16, seed: int = 0):
@@ -108,11 +102,7 @@ def inverted_residual(channels: int = 16, expand: int = 4, size: int = 16, seed:
         helper.make_node("Add", ["c3", "x"], ["y"], name="add"),
     ]
     shape = [1, channels, size, size]
-    graph = helper.make_graph(nodes, "inverted_residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("inverted_residual", nodes, shape, shape, weights)
 
 
 def inception_branches(channels: int = 16, size: int = 14, seed: int = 0):
@@ -133,13 +123,9 @@ def inception_branches(channels: int = 16, size: int = 14, seed: int = 0):
         helper.make_node("Conv", ["c", "w3"], ["y"], name="reader"),
     ]
     shape = [1, channels, size, size]
-    graph = helper.make_graph(nodes, "inception_branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
-                              [weight("w1", channels, channels, 1), weight("w2", 2 * channels, channels, 3),
-                               weight("w3", channels, 3 * channels, 1)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("inception_branches", nodes, shape, shape,
+                  [weight("w1", channels, channels, 1), weight("w2", 2 * channels, channels, 3),
+                   weight("w3", channels, 3 * channels, 1)])
 
 
 def conv_chain(depth: int = 3, channels: int = 16, size: int = 14, seed: int = 0):
@@ -158,11 +144,7 @@ def conv_chain(depth: int = 3, channels: int = 16, size: int = 14, seed: int = 0
     weights.append(numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32) * 0.3,
                                            "w_out"))
     shape = [1, channels, size, size]
-    graph = helper.make_graph(nodes, "conv_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return _model("conv_chain", nodes, shape, shape, weights)
 
 
 def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):

@@ -17,7 +17,7 @@ from tvm_fuse.calibration_table import TensorScale
 from tvm_fuse.frontend import relax_module
 from tvm_fuse.pipeline import optimize
 from tvm_fuse.target import parse_target
-from tvm_fuse.transform.realize_int8 import RealizeInt8
+from tvm_fuse.transform.realize.int8 import RealizeInt8
 
 from .models import classifier, conv_chain, inception_branches, inverted_residual, residual_block, stem
 

@@ -135,7 +135,7 @@ def _attention_function(model, target: str, precision: str = "fp32"):
     from tvm_fuse.frontend import relax_module
     from tvm_fuse.pipeline import optimize
     from tvm_fuse.target import parse_target
-    from tvm_fuse.transform.realize_bf16 import bf16_pass
+    from tvm_fuse.transform.realize.bf16 import bf16_pass
 
     parsed = parse_target(target)
     optimized = optimize(relax_module(model).mod, parsed, bf16=bf16_pass(precision, parsed))

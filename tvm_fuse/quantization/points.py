@@ -24,6 +24,7 @@ from .. import provenance
 from ..compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
 from ..ir_names import ANCHOR_ATTR
 from ..patterns.table import composite_nodes
+from ..transform.realize.composite import composite_of
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}
@@ -141,14 +142,6 @@ def _int8_conv(conv: relax.Call) -> bool:
     out_block = _BLOCKED.fullmatch(str(attrs.out_layout))
     return (conv.op.name == "relax.nn.conv2d" and int(attrs.groups) == 1 and data_block is not None
             and out_block is not None and int(out_block.group(1)) in INT8_OUT_BLOCKS and conv.args[0].ty.dtype == "float32")
-
-
-def composite_of(mod: tvm.IRModule, value) -> relax.Function | None:
-    """The composite function `value` calls (a kernel of the fusion table), or None."""
-    if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
-        return None
-    func = mod[value.op]
-    return func if isinstance(func, relax.Function) and ANCHOR_ATTR in (func.attrs or {}) else None
 
 
 def _nodes(mod: tvm.IRModule, var: relax.Var, value: relax.Call) -> list[int]:

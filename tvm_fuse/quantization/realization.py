@@ -12,8 +12,8 @@ import tvm
 from ..calibration_table import CalibrationTable
 from ..errors import InputError
 from ..frontend import ImportedModel
-from ..target import isa_features, target_string, vector_lanes
-from ..transform.realize_int8 import RealizeInt8
+from ..target import isa_features, target_string
+from ..transform.realize.int8 import realize_int8
 from .calibrate import calibrate
 from .calibration_data import sample_files
 from .config import QuantConfig
@@ -25,16 +25,6 @@ def int8_pass(model, imported: ImportedModel, config: QuantConfig | None, target
     model's own scales; None for an fp32 build, or when the target cannot run int8 kernels.
     A `config` whose calibration names samples is calibrated here (`calibrated`)."""
     return realize_int8(imported, calibrated(model, imported, config, target, input_shapes), target)
-
-
-def realize_int8(imported: ImportedModel, config: QuantConfig | None,
-                 target: tvm.target.Target) -> tvm.transform.Pass | None:
-    """The `RealizeInt8` pass of a `calibrated` config (None: an fp32 build)."""
-    if config is None:
-        return None
-    features = isa_features(target)
-    return RealizeInt8(imported.onnx, config.calibration, "avx512_vnni" in features, config.per_channel,
-                       config.exclude, vector_lanes(target), amx="amx" in features)
 
 
 def checked_config(config):

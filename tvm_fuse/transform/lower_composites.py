@@ -34,6 +34,7 @@ from ..compute.winograd_nchwc import (
 )
 from ..ir_names import ANCHOR_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
 from ..patterns.table import composite_nodes
+from .realize.composite import composite_of
 from .rebind import mutate_functions
 
 
@@ -118,14 +119,6 @@ def winograd_tile(conv: relax.Call, table=TILE_BY_OUTPUT_SIDE) -> int | None:
     return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1, table)
 
 
-def called_composite(mod: tvm.IRModule, call: relax.Call) -> relax.Function | None:
-    """The composite function of the fusion table that `call` calls, if it calls one."""
-    if not isinstance(call.op, relax.GlobalVar):
-        return None
-    func = mod[call.op]
-    return func if isinstance(func, relax.Function) and PATTERN_ATTR in (func.attrs or {}) else None
-
-
 @relax.expr_functor.mutator
 class _Lowerer(relax.PyExprMutator):
     def __init__(self, mod: tvm.IRModule, block: int, winograd: bool):
@@ -136,7 +129,7 @@ class _Lowerer(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        func = called_composite(self.mod, call)
+        func = composite_of(self.mod, call)
         if func is None:
             return call
         args = list(call.args)

@@ -28,7 +28,7 @@ from ..quantization.config import QuantConfig
 from ..quantization.realization import int8_pass
 from ..schedules import knob_space
 from ..target import isa_class, parse_target, target_cpu, target_string, vector_lanes
-from ..transform.realize_bf16 import bf16_pass
+from ..transform.realize.bf16 import bf16_pass
 from . import records as log
 from .cost_model import CostModel
 from .measure import Worker, time_candidate

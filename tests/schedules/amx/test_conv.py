@@ -33,7 +33,7 @@ from tvm_fuse.schedules.amx import conv as conv_amx
 from tvm_fuse.schedules.amx.conv import ConvTiles
 from tvm_fuse.target import host_cpu, parse_target
 from tvm_fuse.transform.lower_composites import WINOGRAD_SWITCH
-from tvm_fuse.transform.realize_bf16 import bf16_pass
+from tvm_fuse.transform.realize.bf16 import bf16_pass
 
 # The host's vector units, AMX switched off where it has it.
 VECTOR_HOST = f"llvm -mcpu={host_cpu()} -mattr=-amx-tile,-amx-int8,-amx-bf16"

@@ -14,7 +14,7 @@ from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.errors import InputError
 from tvm_fuse.explain import FusionReport
 from tvm_fuse.target import host_cpu, vector_lanes
-from tvm_fuse.transform.realize_bf16 import RealizeBf16
+from tvm_fuse.transform.realize.bf16 import RealizeBf16
 
 BF16_TARGET = "llvm -mcpu=znver4 -num-cores=2"  # AVX512-BF16 without AMX
 
@@ -255,7 +255,7 @@ def test_a_max_pool_between_bf16_kernels_passes_bf16_and_changes_no_output(porta
     assert len(pools) == 2 and all(v == (["uint16"], "uint16") for v in pools.values()), pools
     feed = {"x": np.random.default_rng(6).standard_normal((1, 3, 17, 17)).astype(np.float32)}
     (bits,) = tvm_fuse.build(_pooled_model(), portable, precision="bf16").run(None, feed)
-    monkeypatch.setattr("tvm_fuse.transform.realize_bf16.MAX_POOL_TAPS", 0)  # every pool in fp32
+    monkeypatch.setattr("tvm_fuse.transform.realize.bf16.MAX_POOL_TAPS", 0)  # every pool in fp32
     assert not [k for k, v in _kernel_dtypes(_pooled_model(), BF16_TARGET, native=True).items()
                 if "pool" in k and "uint16" in v[0]]
     (floats,) = tvm_fuse.build(_pooled_model(), portable, precision="bf16").run(None, feed)

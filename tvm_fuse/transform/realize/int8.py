@@ -23,7 +23,6 @@ epilogue. Any other fp32 tensor an int8 kernel reads is quantized once by a kern
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection
 
 import numpy as np
@@ -32,12 +31,12 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..amx import amx_conv_layout, fits_amx
-from ..calibration_table import CalibrationTable, TensorScale
-from ..compute import requantize
-from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks
-from ..compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
-from ..compute.dense_int8 import (
+from ...amx import fits_amx
+from ...calibration_table import CalibrationTable, TensorScale
+from ...compute import requantize
+from ...compute.conv import fold_row_taps
+from ...compute.conv_nchwc_int8 import OUT_BLOCK, QUAD, conv2d_nchwc_int8
+from ...compute.dense_int8 import (
     dense_int8,
     dense_int8_groups,
     dequantize_product,
@@ -46,21 +45,24 @@ from ..compute.dense_int8 import (
     quantize_rows,
     row_groups,
 )
-from ..compute.matmul import dense_packed, pack_dense_weight, packing_block
-from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
-from ..quantization.points import (
+from ...compute.matmul import dense_packed, pack_dense_weight, packing_block
+from ...frontend import ImportedModel
+from ...ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
+from ...quantization.config import QuantConfig
+from ...quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
     QuantizableConv,
-    composite_of,
     dense_input,
     quantizable_convs,
     row_quantized_denses,
     tensor_names,
     weight_bound_denses,
 )
-from ..quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
-from .lower_composites import anchor_compute, composite_compute, kernel_call
-from .rebind import blocked_from_nchw, mutate_functions, read_only_by, readers
+from ...quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
+from ...target import isa_features, vector_lanes
+from ..lower_composites import anchor_compute, composite_compute, kernel_call
+from ..rebind import blocked_from_nchw, mutate_functions, read_only_by, readers
+from .composite import TileLayout, anchor_of, composite_of, conv_tile_layout, largest_set
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 _U8_POOLS = {"relax.nn.max_pool2d"}
@@ -95,6 +97,16 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         return relax.transform.DeadCodeElimination()(updated)
 
     return realize
+
+
+def realize_int8(imported: ImportedModel, config: QuantConfig | None,
+                 target: tvm.target.Target) -> tvm.transform.Pass | None:
+    """The `RealizeInt8` pass of a `calibrated` config (None: an fp32 build)."""
+    if config is None:
+        return None
+    features = isa_features(target)
+    return RealizeInt8(imported.onnx, config.calibration, "avx512_vnni" in features, config.per_channel,
+                       config.exclude, vector_lanes(target), amx="amx" in features)
 
 
 @mutator
@@ -133,20 +145,17 @@ class _Realizer(PyExprMutator):
         call = binding.value
         func = self.mod[call.op]
         params = list(func.params)
-        anchor = func.body.blocks[0].bindings[0].value
-        data_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[0]))
-        weight_position = next(i for i, p in enumerate(params) if p.same_as(anchor.args[1]))
+        found = anchor_of(func)
+        anchor, data_position, weight_position = found.call, found.data, found.weight
         args = [self.visit_expr(a) for a in call.args]
         data_scale = self.codes.get(call.args[data_position]) or self.table.tensors[conv.data]
         args[data_position] = self._u8(call.args[data_position], args[data_position], data_scale)
         data_block, kernel_w = int(args[data_position].ty.shape[-1]), int(args[weight_position].ty.shape[3])
-        layout = amx_conv_layout(data_block, 1, int(args[data_position].ty.shape[1]), kernel_w,
-                                 int(args[weight_position].ty.shape[5]), int(anchor.ty.shape[3])) if self.amx else None
-        tiles = layout is not None
-        fold, group = layout or (False, 1)
-        weight, multiplier, correction = self._weights(
-            args[weight_position].value.numpy(), data_scale, data_block,
-            fold_weight_taps if fold else lambda codes: merge_input_blocks(codes, group))
+        layout = conv_tile_layout(found, data_block, 1, int(args[data_position].ty.shape[1]),
+                                  args[weight_position].ty, self.amx)
+        tiles, layout = layout is not None, layout or TileLayout()
+        weight, multiplier, correction = self._weights(args[weight_position].value.numpy(), data_scale, data_block,
+                                                       layout.arrange)
         args[weight_position] = relax.const(weight)
         residual = None
         if conv.residual:  # the one operand neither data nor constant
@@ -154,7 +163,7 @@ class _Realizer(PyExprMutator):
             residual = self.codes.get(operand) or self.table.tensors[conv.residual]
         output = self.codes.get(binding.var)
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual is not None, output,
-                                self.vnni, tiles, kernel_w if fold else 0)
+                                self.vnni, tiles, kernel_w if layout.fold else 0)
         scales = relax.const(_epilogue_scales(residual, output))
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, scales, relax.const(multiplier), *correction],
@@ -166,7 +175,7 @@ class _Realizer(PyExprMutator):
         call = binding.value
         func = self.mod[call.op]
         params = list(func.params)
-        position = next(i for i, p in enumerate(params) if p.same_as(func.body.blocks[0].bindings[0].value.args[1]))
+        position = anchor_of(func).weight
         args = [self.visit_expr(a) for a in call.args]
         codes, scale = quantize_dense_weight(args[position].value.numpy(), self.per_channel)
         args[position] = relax.const(pack_dense_weight(codes, packing_block(codes.shape[1], OUT_BLOCK)))
@@ -185,8 +194,8 @@ class _Realizer(PyExprMutator):
         call = binding.value
         func = self.mod[call.op]
         params = list(func.params)
-        anchor_call = func.body.blocks[0].bindings[0].value
-        data, weight = (next(i for i, p in enumerate(params) if p.same_as(a)) for a in anchor_call.args[:2])
+        found = anchor_of(func)
+        data, weight = found.data, found.weight
         args = [self.visit_expr(a) for a in call.args]
         codes, scale = quantize_dense_weight(args[weight].value.numpy(), self.per_channel,
                                              S8_MAX if self.vnni or self.amx else S7_MAX)
@@ -349,10 +358,7 @@ def _quantized(real, func: relax.Function, output: TensorScale, scales: te.Tenso
 def _depthwise(mod: tvm.IRModule, value: relax.Expr) -> bool:
     """Whether `value` calls a composite whose anchor is a depthwise conv."""
     func = composite_of(mod, value)
-    if func is None:
-        return False
-    anchor = func.body.blocks[0].bindings[0].value
-    return _op_name(anchor) == "relax.nn.conv2d" and is_depthwise(anchor.attrs.groups, anchor.args[1].ty.shape)
+    return func is not None and anchor_of(func).is_depthwise_conv()
 
 
 def _u8_plan(mod: tvm.IRModule, values: dict[relax.Var, relax.Expr], convs: dict[relax.Var, QuantizableConv],
@@ -376,22 +382,23 @@ def _u8_plan(mod: tvm.IRModule, values: dict[relax.Var, relax.Expr], convs: dict
         return concat and all(s in convs and read_only_by(read_by, s, var)
                               for s in sources(var))
 
-    @functools.cache
-    def read_as_codes(var: relax.Var) -> bool:
+    def taken_as_codes(var: relax.Var, codes: set) -> bool:
         found = read_by.get(var)
-        return bool(found) and all(r is not None and (r.var in convs or (passes_codes(r.var) and read_as_codes(r.var)))
+        return bool(found) and all(r is not None and (r.var in convs or (passes_codes(r.var) and r.var in codes))
                                    for r in found)
+
+    coded = largest_set(values, taken_as_codes)  # read only as codes
 
     plan: dict[relax.Var, TensorScale] = {}
     concat_of = {s: var for var in values if passes_codes(var) for s in sources(var)}
     for var, value in values.items():
-        if _depthwise(mod, value) and read_as_codes(var) and names.get(var) in table.tensors:
+        if _depthwise(mod, value) and var in coded and names.get(var) in table.tensors:
             plan[var] = table.tensors[names[var]]
-        elif var in convs and read_as_codes(var):
+        elif var in convs and var in coded:
             name = names.get(concat_of[var]) if var in concat_of else convs[var].output
             if name in table.tensors:
                 plan[var] = table.tensors[name]
-        elif var not in convs and passes_codes(var) and read_as_codes(var):
+        elif var not in convs and passes_codes(var) and var in coded:
             inputs = sources(var) or [value.args[0]]
             if all(i in plan for i in inputs):
                 plan[var] = plan[inputs[0]] if not sources(var) else table.tensors[names[var]]

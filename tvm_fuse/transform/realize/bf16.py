@@ -38,37 +38,38 @@ from __future__ import annotations
 import functools
 import warnings
 
+import numpy as np
 import tvm
 from tvm import relax, te, tirx, topi
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .. import provenance
-from ..amx import AMX_COLUMNS, amx_conv_layout, fits_amx
-from ..compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
-from ..compute.conv import fold_row_taps, fold_weight_taps, is_depthwise, merge_input_blocks, split_output_blocks
-from ..compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
-from ..compute.dense_bf16 import dense_packed_bf16
-from ..compute.matmul import pack_dense_weight
-from ..compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
-from ..compute.winograd_nchwc_bf16 import (
+from ... import provenance
+from ...amx import AMX_COLUMNS, fits_amx
+from ...compute.bf16 import BITS, PAIR, from_bits_tensor, pack_dense_pairs, pack_pairs, to_bits, to_bits_tensor
+from ...compute.conv import fold_row_taps, split_output_blocks
+from ...compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
+from ...compute.dense_bf16 import dense_packed_bf16
+from ...compute.matmul import pack_dense_weight
+from ...compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
+from ...compute.winograd_nchwc_bf16 import (
     BF16_SMALL_TILE_CHANNELS,
     BF16_TILE_BY_OUTPUT_SIDE,
     conv2d_winograd_nchwc_bf16,
     transform_weight_bf16,
 )
-from ..errors import InputError
-from ..ir_names import PATTERN_ATTR
-from ..target import isa_features, target_string, vector_lanes
-from .lower_composites import (
+from ...errors import InputError
+from ...ir_names import PATTERN_ATTR
+from ...target import isa_features, target_string, vector_lanes
+from ..lower_composites import (
     anchor_compute,
-    called_composite,
     composite_compute,
     kernel_call,
     winograd_enabled,
     winograd_tile,
 )
-from .rebind import blocked_from_nchw, is_op, mutate_functions, read_only_by, readers, same_type
+from ..rebind import blocked_from_nchw, is_op, mutate_functions, read_only_by, readers, same_type
+from .composite import TileLayout, anchor_of, composite_of, conv_tile_layout, largest_set
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 
@@ -103,8 +104,8 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
     kernel; else None. The packing is deferred: `_bf16_kernels` only asks whether there is
     one. `amx`: a dense layer or conv that fits AMX tiles computes on them (the same packing);
     such a 3x3 conv is never left to Winograd, whose fewer products cannot match the tiles' rate."""
-    anchor = func.body.blocks[0].bindings[0].value
-    position = next((i for i, p in enumerate(func.params) if p.same_as(anchor.args[1])), None)
+    found = anchor_of(func)
+    anchor, position = found.call, found.weight
     weight = args[position] if position is not None else None
     if not isinstance(weight, GenericConst):
         return None
@@ -123,20 +124,21 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return None
     kernel_w = int(weight.ty.shape[3])
     geometry = [[int(v) for v in values] for values in (attrs.strides, attrs.padding, attrs.dilation)]
-    layout = amx_conv_layout(in_block, 2, int(weight.ty.shape[1]), kernel_w, out_block, int(anchor.ty.shape[3])) \
-        if amx else None
+    layout = conv_tile_layout(found, in_block, 2, int(weight.ty.shape[1]), weight.ty, amx)
     if layout is None and out_block not in BF16_OUT_BLOCKS:  # wide blocks are the tiles' alone
         return None
-    fold, group = layout or (False, 1)
+    tiles, layout = layout is not None, layout or TileLayout()
     tile_block = min(out_block, AMX_COLUMNS)  # the packed weight's output block: at most a B tile's columns
-    if fold:
+
+    def packed() -> np.ndarray:
+        return split_output_blocks(pack_pairs(layout.arrange(weight.value.numpy())), tile_block)
+
+    if layout.fold:
         def folded_conv(_call, data, packed_weight):
             folded, *folded_geometry = fold_row_taps(data, kernel_w, *geometry)
             return conv2d_nchwc_bf16(folded, packed_weight, *folded_geometry, native, amx=True, out_block=out_block)
 
-        return position, lambda: split_output_blocks(pack_pairs(fold_weight_taps(weight.value.numpy())), tile_block), \
-            folded_conv, "bf16_"
-    tiles = layout is not None
+        return position, packed, folded_conv, "bf16_"
     out_channels = int(weight.ty.shape[0]) * out_block
     table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
     tile = winograd_tile(anchor, table) if winograd_enabled() and not tiles and not in_block % PAIR else None
@@ -144,25 +146,22 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
             lambda _call, data, packed_weight: conv2d_winograd_nchwc_bf16(data, packed_weight, geometry[1], tile,
                                                                           native), f"bf16_winograd{tile}_"
-    return position, \
-        lambda: split_output_blocks(pack_pairs(merge_input_blocks(weight.value.numpy(), group)), tile_block), \
-        lambda _call, data, packed_weight: conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles,
-                                                             out_block=out_block), "bf16_"
+    return position, packed, lambda _call, data, packed_weight: \
+        conv2d_nchwc_bf16(data, packed_weight, *geometry, native, amx=tiles, out_block=out_block), "bf16_"
 
 
 def _bf16_kernels(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
     """The bindings of `func` that become bf16 kernels."""
     return {b.var for block in func.body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and (composite := called_composite(mod, b.value)) is not None
+            if isinstance(b.value, relax.Call) and (composite := composite_of(mod, b.value)) is not None
             and bf16_anchor(composite, list(b.value.args), lanes, native, amx) is not None}
 
 
 def blocked_depthwise(func: relax.Function) -> bool:
     """Whether composite `func`'s anchor is a depthwise conv in a blocked layout: an fp32 kernel
     that may read and write bf16 (widened as its padding reads it, rounded as it writes)."""
-    anchor = func.body.blocks[0].bindings[0].value
-    return anchor.op.name == "relax.nn.conv2d" and is_depthwise(anchor.attrs.groups, anchor.args[1].ty.shape) \
-        and str(anchor.attrs.data_layout) not in ("NCW", "NCHW")
+    anchor = anchor_of(func)
+    return anchor.is_depthwise_conv() and str(anchor.call.attrs.data_layout) not in ("NCW", "NCHW")
 
 
 def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: bool, amx: bool) -> set[relax.Var]:
@@ -174,7 +173,7 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
     kernels = _bf16_kernels(mod, func, lanes, native, amx)
     bindings = [b for block in func.body.blocks for b in block.bindings if isinstance(b.value, relax.Call)]
     depthwise = {b.var for b in bindings
-                 if (composite := called_composite(mod, b.value)) is not None and blocked_depthwise(composite)}
+                 if (composite := composite_of(mod, b.value)) is not None and blocked_depthwise(composite)}
     moves = {b.var: list(b.value.args[0].fields) for b in bindings  # their inputs, which they move as they are
              if is_op(b.value, "relax.concat") and isinstance(b.value.args[0], relax.Tuple)}
     moves.update({b.var: [b.value.args[0]] for b in bindings if is_op(b.value, "relax.nn.max_pool2d")
@@ -187,19 +186,17 @@ def _bits_outputs(mod: tvm.IRModule, func: relax.Function, lanes: int, native: b
             return True
         if reader is None or reader.var not in kernels:
             return False
-        composite = called_composite(mod, reader.value)
-        data = composite.body.blocks[0].bindings[0].value.args[0]
+        composite = composite_of(mod, reader.value)
+        data = anchor_of(composite).call.args[0]
         reads = readers(composite)
         params = [p for p, arg in zip(composite.params, reader.value.args) if arg.same_as(var)]
         return all(len(reads.get(p, [])) == 1 for p in params if p.same_as(data))
 
-    writing = kernels | depthwise | set(moves)
-    while True:
-        kept = {var for var in writing if all(takes_bits(r, var, writing) for r in found.get(var, [None]))
-                and all(field in writing for field in moves.get(var, []))}
-        if kept == writing:
-            return writing
-        writing = kept
+    def keeps_bits(var: relax.Var, writing: set) -> bool:
+        return all(takes_bits(r, var, writing) for r in found.get(var, [None])) \
+            and all(field in writing for field in moves.get(var, []))
+
+    return largest_set(kernels | depthwise | set(moves), keeps_bits)
 
 
 # Elementwise steps a bf16 conv applies to its input as it reads it (`_prologue`).
@@ -264,7 +261,7 @@ class _Realizer(PyExprMutator):
         if is_op(call, "relax.nn.max_pool2d") and self.binding in self.bits:
             return self.builder_.call_te(_max_pool_bits, self.visit_expr(call.args[0]), call.attrs,
                                          [int(extent) for extent in call.ty.shape], primfunc_name_hint="max_pool2d")
-        func = called_composite(self.mod, call)
+        func = composite_of(self.mod, call)
         found = bf16_anchor(func, list(call.args), self.lanes, self.native, self.amx) if func is not None else None
         if found is None:
             if func is not None and blocked_depthwise(func):
@@ -272,25 +269,26 @@ class _Realizer(PyExprMutator):
             return super().visit_call_(call)
         # Not rebuilt as a call of the composite: an argument may now be bf16, which it does not take.
         args = [self.visit_expr(a) for a in call.args]
-        position, pack, anchor, prefix = found
+        position, pack, bf16_compute, prefix = found
         args[position] = relax.const(pack())
-        operands = func.body.blocks[0].bindings[0].value.args[:2]  # the anchor's data and weight
+        anchor = anchor_of(func)
+        operands = anchor.call.args[:2]  # the anchor's data and weight
 
         def widened(param: relax.Var, tensor):
             """bf16 bits stay bits for the anchor, and are read as fp32 in the epilogue."""
             return tensor if tensor.dtype != BITS or any(param.same_as(o) for o in operands) \
                 else from_bits_tensor(tensor)
 
-        data = next(i for i, p in enumerate(func.params) if p.same_as(operands[0]))
+        data = anchor.data
         steps = _prologue(call.args[data], self.values, self.reads, self.binding) \
-            if is_op(func.body.blocks[0].bindings[0].value, "relax.nn.conv2d") else []
+            if anchor.op == "relax.nn.conv2d" else []
         if steps:  # the conv reads the steps' input and applies them as it rounds it
             args[data] = self.visit_expr(steps[0][1].args[0])
             args += [a for _, step in steps for a in step.args[1:]]
         image = None if steps else _sole_blocked_input(call.args[data], self.values, self.reads, self.binding)
         if image is not None:  # the stem reads the network's NCHW input, blocking it as it reads it
             args[data] = self.visit_expr(image)
-        composite = composite_compute(func.body, list(func.params), anchor, widened)
+        composite = composite_compute(func.body, list(func.params), bf16_compute, widened)
 
         def real(*tensors):
             operands_in, constants = list(tensors[:len(func.params)]), iter(tensors[len(func.params):])
