@@ -7,8 +7,7 @@ A pooling window over a blocked layout (NCHW{c}c, the lanes the innermost axis e
 reads its input with the padding inlined and takes the window one vector of lanes at a time.
 A copy whose innermost written and read axes differ (a layout transform between NCHW and
 NCHW{c}c) moves tiles of lanes x lanes values, or half as many along NCHW8c's blocks
-(`_schedule_transpose`).
-(TVM's dlight CPU reduction rule was tried for softmax: 2 ms instead of 4 us on [1, 1000].)"""
+(`_schedule_transpose`). TVM's dlight CPU reduction rule was tried for softmax, and lost."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ def _inline_elementwise_chains(sch: s_tir.Schedule, root) -> None:
     """Compute each elementwise stage inside the one elementwise stage that reads it, so that a
     chain TVM fused into one kernel (a concat, a batch norm's multiplies and adds, a ReLU, a
     quantize) is one pass over memory instead of one pass and one intermediate tensor each.
-    A stage read by several is left, so as not to compute it twice. DenseNet-121 (Zen 4, A/B in
-    one process): int8 12.85 -> 8.82 ms (its 58 batch norm + ReLU + quantize kernels before
-    the convs), fp32 25.16 -> 23.75 ms."""
+    A stage read by several is left, so as not to compute it twice (DenseNet-121's batch norm +
+    ReLU + quantize kernels before its convs)."""
     for block in list(sch.get_child_blocks(root))[:-1]:
         consumers = sch.get_consumers(block)
         if _spatial_only(sch, block) and len(consumers) == 1 and _spatial_only(sch, consumers[0]):
@@ -83,8 +81,7 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     along an axis they do not divide, NCHW8c's): vector loads or stores along the side whose
     rows lie far apart, scalar ones within the other side's contiguous square. Vectorizing
     the loop innermost on one side alone makes every access of the other a scalar one a
-    whole row apart: TVM's order (the source's) took 97 us for a [16, 64, 64] NCHW16c -> NCHW
-    transform, tiles 6.6 us (Zen 4). False if the block is not such a copy or no vector divides
+    whole row apart, fifteen times the tiles' time. False if the block is not such a copy or no vector divides
     either extent."""
     stmt = sch.get(block)
     loops = sch.get_loops(block)

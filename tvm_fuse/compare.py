@@ -5,7 +5,7 @@ They alternate in short blocks (a few runs of ours, a few of theirs, ...) so tha
 neighbour on a shared machine slows all alike; the ratio of medians is the figure to read,
 not the times. Both runtimes keep their idle threads spinning after a run (their default, as
 deployed), which can outlast a whole block of a light model and take the cores from the other
-runtime's runs (ONNX Runtime's transformer times jumped from 2.2 to 7.6 ms). Each block therefore
+runtime's runs (ONNX Runtime's times of a small transformer more than tripled). Each block therefore
 starts after a pause long enough for the other's threads to go to sleep, then an untimed run.
 """
 

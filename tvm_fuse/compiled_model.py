@@ -155,7 +155,7 @@ class CompiledModel:
         configure_this_thread()
         result = main(*self._device_inputs(arrays))
         results = list(result) if len(self._outputs) > 1 else [result]
-        # A copy through DLPack: `Tensor.numpy()` took 7 us per output, a tenth of a small model's run.
+        # A copy through DLPack: `Tensor.numpy()` cost a tenth of a small model's run.
         return [np.from_dlpack(results[i]).copy() for i in wanted]
 
     def run_async(self, output_names, input_feed: dict) -> Future:

@@ -88,10 +88,9 @@ def set_spinning(enabled: bool) -> None:
     """Whether a kernel thread that finishes its share waits for the next kernel by spinning
     (TVM's default, as ONNX Runtime's `session.intra_op.allow_spinning`: the fastest on cores
     of our own) or goes to sleep at once. Spinning yields the core on every turn, so on a core
-    that another busy process shares, each kernel waits for that process's time slice: on 2
-    cores with one of them busy, MiniLM took 168 ms a run spinning and 31 ms sleeping (16-18
-    ms on idle cores; `bench/contention.py`). Sleeping costs a wake-up per kernel on idle
-    cores (SqueezeNet, about 3 ms, took up to a tenth longer). Call it before any model runs
+    that another busy process shares, each kernel waits for that process's time slice, five
+    times a run's time on idle cores (`bench/contention.py`). Sleeping costs a wake-up per
+    kernel on idle cores (a small model's run, up to a tenth). Call it before any model runs
     in this process (or set `TVM_THREAD_POOL_SPIN_COUNT=0` in the environment)."""
     if _pool_started:
         raise TvmFuseError("set_spinning must be called before any model runs or set_num_threads is called "

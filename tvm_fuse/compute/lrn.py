@@ -1,8 +1,7 @@
 """Local response normalization (ONNX `LRN`, AlexNet's and GoogLeNet's) as one kernel: each
 pixel's window of `size` channels squared and summed where it is read, then the pixel scaled,
 with no squared tensor, pooled copy or power kernel between. TVM's importer writes it as a 3-D
-average pool over an expanded tensor, four kernels that took 1.9 of Inception-v1's 11 ms
-(bf16, Zen 4)."""
+average pool over an expanded tensor: four kernels, a sixth of Inception-v1's run."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def _inverse_quarter_power(v: tirx.PrimExpr, quarters: int) -> tirx.PrimExpr:
     """v^(-quarters/4) for a float32 v >= bias > 0 (0 for an infinite v, NaN for NaN), in
     multiplies and adds: Newton's steps on the inverse fourth root from its bit-trick estimate,
     raised to `quarters`. Within 6e-7 of `powf` (x^-0.75: 5.3e-7 over 1e-3..1e8); LRN's square
-    roots and division took three quarters of its time (Inception-v1's 192-channel LRN 0.31 ms,
-    0.08 ms without them)."""
+    roots and division took three quarters of its time."""
     # Each value bound once (`Let`): written out, every step would copy the last one thrice.
     v_var, steps = tirx.Var("scale", "float32"), []
     y = tirx.reinterpret("float32", tirx.const(_FOURTH_ROOT_MAGIC, "int32") - (tirx.reinterpret("int32", v_var) >> 2))

@@ -14,9 +14,7 @@ from .bf16 import PAIR, from_bits, pack_pairs, to_bits
 from .winograd_nchwc import TILE_BY_OUTPUT_SIDE, transform_weight, winograd_input, winograd_output
 
 # Convs of 256 output channels or more take F(2x2) down to 7x7, where their transformed
-# weights, at half fp32's bytes, no longer dominate. Measured in bf16 builds (Zen 4, A/B in
-# one process): ResNet-50 17.43 -> 17.09 ms, ResNet-18 7.44 -> 7.16 ms (their 512-channel
-# 3x3s); DenseNet-121's 7x7 3x3s, of 32 output channels, were 0.8% slower.
+# weights, at half fp32's bytes, no longer dominate; narrower ones lost by it (performance log).
 BF16_TILE_BY_OUTPUT_SIDE = (*TILE_BY_OUTPUT_SIDE, (7, 2))
 BF16_SMALL_TILE_CHANNELS = 256
 

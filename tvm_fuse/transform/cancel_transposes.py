@@ -4,8 +4,7 @@ undoes p and f is elementwise with scalar operands, is `f(x)`.
 A model that runs its 1-D convs channels-first between dense layers writes this pattern
 (wav2vec2's feature encoder: each conv, as a product channels-last (`Conv1dAsDense`), then a
 transpose to [N, C, T], a GELU, and the next conv's transpose back). TVM fuses both transposes
-with the GELU but schedules them as two copies, the first of them strided: 1.7 ms of wav2vec2's
-4-layer run went to one such kernel at 1 s of audio (Zen 4).
+with the GELU but schedules them as two copies, the first of them strided.
 
 An intermediate value something else reads stays as it is (its rewrite would compute it twice).
 """

@@ -2,8 +2,8 @@
 gather of its input windows and a dense layer (for each group).
 
 The direct conv kernel vectorizes along the output row; a row shorter than a vector leaves the
-lanes to strided gathers of the input, and so does a stride. Silero VAD's STFT (one input
-channel, 256 taps, stride 128, 4 outputs per chunk) ran at 20 GFLOP/s that way. Its windows, gathered once as rows
+lanes to strided gathers of the input, and so does a stride (Silero VAD's STFT: one input
+channel, 256 taps, stride 128, 4 outputs per chunk). Its windows, gathered once as rows
 (`y[n, o, w] = sum_{c,k} x[n, c, w*s + k*d] * W[o, c, k]`, an im2col), make a product our
 dense kernel runs at several times that. Only convs with enough work change: for a small one
 the two added kernels cost more than they save.
@@ -34,9 +34,8 @@ def _plan(func: relax.Function, lanes: int) -> dict[relax.Var, relax.Expr]:
 def _direct_is_slow(stride: int, groups: int, reduction: int) -> bool:
     """A conv whose direct kernel gathers its input (the vector's outputs lie `stride` apart),
     or a grouped one, with a reduction per output (`reduction`: its group's channels x taps)
-    long enough for a product: wav2vec2's 512-channel convs of stride 2 ran at 14 GFLOP/s
-    direct, 155 as products, its positional conv (16 groups of 48 channels, 128 taps) at 28
-    direct (Zen 4); ungrouped convs of stride 1 run faster direct."""
+    long enough for a product (wav2vec2's strided and grouped convs: performance log);
+    ungrouped convs of stride 1 run faster direct."""
     return (stride > 1 or groups > 1) and reduction >= MIN_PRODUCT_REDUCTION
 
 

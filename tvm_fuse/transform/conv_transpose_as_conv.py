@@ -6,8 +6,7 @@ h = q - m for m < ceil(k / s) = M. So each phase r is a plain conv of x with M t
 taps in reverse order, and all phases together are one conv with C_out * s * s outputs (an M x M
 kernel, M - 1 rows of padding before), whose outputs are placed by a depth-to-space and the
 padding cropped. With kernel == stride it is a 1x1 conv. TVM's own conv2d_transpose kernel is a
-scalar loop nest: PP-OCRv4 det's two upsampling heads (2x2, stride 2) took 24 of its 41 ms, and a
-U-Net's 4x4 stride-2 upsampling 17 ms (Zen 4); as convs they run on our conv kernels.
+scalar loop nest; as convs they run on our conv kernels.
 """
 
 from __future__ import annotations

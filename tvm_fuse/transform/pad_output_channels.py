@@ -12,10 +12,9 @@ arithmetic and runs at full width, two blocks at a time. The cut (`strided_slice
 this conv feeds (bias, batch-norm scale and shift, activations), whose per-channel constants
 are padded along, so the fusion table still finds conv + bias + activation. A dense layer's
 kernel packs its weight in blocks of the vector width only where the width divides the
-columns; else it ran one column at a time (PP-OCRv4 rec's 6625 classes: 5.5 ms of its 21).
-Channels that only narrow blocks divide pay more padding: Silero VAD's STFT, a dense layer of
-258 columns, ran on vectors of 2 at 45 GFLOP/s (Zen 4); a CRNN's classifier of 37 columns one
-column at a time.
+columns; else it ran one column at a time (PP-OCRv4 rec's 6625 classes). Channels that only
+narrow blocks divide pay more padding: Silero VAD's STFT, a dense layer of 258 columns, ran on
+vectors of 2; a CRNN's classifier of 37 columns one column at a time.
 """
 
 from __future__ import annotations
@@ -188,8 +187,8 @@ def _elementwise_per_channel(call, operand: relax.Var, channels: int, axis: int)
 def _spatial_reduction(call, operand: relax.Var, axis: int) -> bool:
     """`call` reduces a conv's `operand` over its spatial axes only, keeping them (a global
     pool). The cut goes after it: SqueezeNet's 1000-class head, cut before its global pool,
-    ran the pool in NCHW after a layout transform of the whole 13x13 map (0.13 ms of its
-    1.5 in bf16), where the pool in blocks leaves a transform of 1024 values."""
+    ran the pool in NCHW after a layout transform of the whole 13x13 map, where the pool in
+    blocks leaves a transform of 1024 values."""
     if axis != 1 or not is_op(call, "relax.mean", "relax.max", "relax.sum") or not call.args[0].same_as(operand):
         return False
     reduced = call.attrs.axis
