@@ -109,8 +109,34 @@ def test_a_resize_to_the_same_size_is_the_input(mode):
         np.testing.assert_array_equal(y, ort_outputs(model, feed)[0])
 
 
-def test_an_align_corners_resize_to_one_pixel_is_refused():
-    model, _ = _resize((1, 1, 4, 4), {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
-                       sizes=[1, 1, 1, 3])
+@pytest.mark.parametrize("shape, attrs, sizes", [
+    # Output pixels halfway between input pixels, which TVM computes with a rounded ratio of sizes
+    # (2/3, 1/3): which side it takes depends on its code. The second took the wrong pixels
+    # built for Zen 5 (with FMA); the third takes them anywhere (ONNX Runtime copies the axis of
+    # unchanged size, TVM rounds its x + 0.5 up).
+    ((1, 1, 2, 2), {"coordinate_transformation_mode": "half_pixel"}, [1, 1, 3, 2]),
+    ((1, 2, 3, 4), {"coordinate_transformation_mode": "tf_half_pixel_for_nn"}, [1, 2, 9, 4]),
+    ((1, 1, 1, 4), {"coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "ceil"}, [1, 1, 2, 4]),
+])
+def test_a_nearest_resize_whose_ties_tvm_may_break_otherwise_is_refused(shape, attrs, sizes):
+    model, _ = _resize(shape, {"mode": "nearest", **attrs}, sizes=sizes)
+    with pytest.raises(UnsupportedOpsError, match="nearest"):
+        tvm_fuse.build(model, "llvm")
+
+
+@pytest.mark.parametrize("attrs, sizes", [({"coordinate_transformation_mode": "half_pixel"}, [1, 1, 12, 2]),
+                                          ({"coordinate_transformation_mode": "asymmetric"}, [1, 1, 8, 8]),
+                                          ({"coordinate_transformation_mode": "tf_half_pixel_for_nn"}, [1, 1, 8, 8])])
+def test_a_nearest_resize_without_such_ties_matches_onnxruntime(attrs, sizes):
+    """Scales of 3 (no output pixel halfway) and of 2 (a ratio exact in float32) build."""
+    model, feed = _resize((1, 1, 4, 4) if sizes[2] == 8 else (1, 1, 4, 2), {"mode": "nearest", **attrs}, sizes=sizes)
+    (y,) = tvm_fuse.build(model, "llvm").run(None, feed)
+    np.testing.assert_array_equal(y, ort_outputs(model, feed)[0])
+
+
+@pytest.mark.parametrize("shape, sizes", [((1, 1, 4, 4), [1, 1, 1, 3]),
+                                          ((1, 1, 1, 1), [1, 1, 1, 2])])  # 1 -> 1 beside an axis that grows
+def test_an_align_corners_resize_to_one_pixel_is_refused(shape, sizes):
+    model, _ = _resize(shape, {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, sizes=sizes)
     with pytest.raises(UnsupportedOpsError, match="align_corners to an output of size 1"):
         tvm_fuse.build(model, "llvm")

@@ -5,6 +5,7 @@ or None to leave the node to TVM's converter."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import tvm
@@ -194,8 +195,45 @@ def resize(bb, inputs, attrs, opset):
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if out == sizes and mode not in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
         return x  # every mapping is the identity at the same size
-    if mode == "align_corners" and any(o == 1 and s != 1 for o, s in zip(out[2:], sizes[2:])):
+    if mode == "align_corners" and any(o == 1 for o in out[2:]):  # also 1 -> 1 beside an axis that changes
         raise refuse("Resize", attrs, opset, "align_corners to an output of size 1 (TVM divides by zero)")
+    nearest = attrs.get("mode", b"nearest")
+    rounding = attrs.get("nearest_mode", b"round_prefer_floor")
+    if (nearest.decode() if isinstance(nearest, bytes) else str(nearest)) == "nearest":
+        rounding = rounding.decode() if isinstance(rounding, bytes) else str(rounding)
+        # ONNX Runtime copies an axis of unchanged size; TVM maps it to x + 0.5, which these round up.
+        if mode == "tf_half_pixel_for_nn" and rounding in ("ceil", "round_prefer_ceil") \
+                and any(o == i for o, i in zip(out[2:], sizes[2:])):
+            raise refuse("Resize", attrs, opset, f"nearest {rounding} with {mode} on an axis whose size it keeps")
+        axis = _tied_axis(mode, rounding, sizes[2:], out[2:])
+        if axis is not None:
+            raise refuse("Resize", attrs, opset, f"nearest {rounding} with {mode}: output pixels of axis {axis + 2} "
+                         "lie halfway between two input pixels, where TVM's rounded ratio of sizes picks "
+                         "either side")
+    return None
+
+
+def _tied_axis(mode: str, rounding: str, sizes: list, out: list) -> int | None:
+    """The first spatial axis on which a nearest Resize maps an output pixel exactly halfway
+    between two input pixels (ONNX's coordinate, in exact arithmetic) while TVM, which scales by
+    the ratio of sizes in float32, cannot compute it exactly (the ratio's denominator is not a
+    power of two): there TVM's rounding error decides the tie, and it may pick the other pixel."""
+    if rounding not in ("round_prefer_floor", "round_prefer_ceil"):
+        return None
+    for axis, (size, length) in enumerate(zip(sizes, out)):
+        if size is None or length is None or size == length:
+            continue
+        ratio = Fraction(size, length)
+        if ratio.denominator & (ratio.denominator - 1) == 0:  # exact in float32: TVM rounds the ties as ONNX does
+            continue
+        for x in range(length):
+            coordinate = {"half_pixel": (x + Fraction(1, 2)) * ratio - Fraction(1, 2),
+                          "pytorch_half_pixel": (x + Fraction(1, 2)) * ratio - Fraction(1, 2),
+                          "asymmetric": x * ratio,
+                          "tf_half_pixel_for_nn": (x + Fraction(1, 2)) * ratio,
+                          "align_corners": Fraction(x * (size - 1), max(length - 1, 1))}.get(mode)
+            if coordinate is not None and coordinate - math.floor(coordinate) == Fraction(1, 2):
+                return axis
     return None
 
 
