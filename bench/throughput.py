@@ -31,10 +31,10 @@ import onnx
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import onnxruntime_session
+from tvm_fuse.compare import differences, onnxruntime_session
 from tvm_fuse.frontend.importer import graph_inputs
 from tvm_fuse.ort_quantize import ort_int8_model
-from tvm_fuse.streams import available_cpus
+from tvm_fuse.target import host_cores
 
 from models import cpu_model, model_and_feed
 
@@ -112,7 +112,7 @@ def measure(name: str, precision: str, args, folder: Path) -> dict:
             row[f"{runtime}_peak_mb"] = peak
     # Against ONNX Runtime's fp32 output, whatever the precision.
     reference = onnxruntime_session(model, 1).run(None, feed)[0]
-    row["max_rel_diff"] = float(np.abs(outputs["tvm_fuse"] - reference).max() / np.abs(reference).max())
+    row["max_rel_diff"] = differences([outputs["tvm_fuse"]], [reference])[1]
     for other in ("onnxruntime", "openvino"):
         if f"{other}_per_s" in row:
             row[f"vs_{other}"] = row["tvm_fuse_per_s"] / row[f"{other}_per_s"]
@@ -120,7 +120,7 @@ def measure(name: str, precision: str, args, folder: Path) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\nHost: {cpu_model()}, {len(available_cpus())} CPUs; batch 1, images/s (higher is better), "
+    print(f"\nHost: {cpu_model()}, {host_cores()} CPUs; batch 1, images/s (higher is better), "
           "peak resident MB of each serving process (ours: loading the exported library).\n")
     print("| model | precision | ours /s | OpenVINO /s | ours / OpenVINO | ONNX Runtime /s | ours / ORT "
           "| ours MB | OpenVINO MB | ORT MB | our build MB | max rel diff |")
@@ -144,7 +144,7 @@ def main() -> None:
                         help="default: fp32, and bf16 / int8 where the host has AVX512-BF16 / VNNI or AVX2")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per round (default 200)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every runtime, taking turns (default 3)")
-    parser.add_argument("--streams", type=int, default=len(available_cpus()),
+    parser.add_argument("--streams", type=int, default=host_cores(),
                         help="our streams and ONNX Runtime's calling threads (default: one per CPU)")
     parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -160,7 +160,7 @@ def main() -> None:
                 print(rows[-1], flush=True)
     print_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"host": cpu_model(), "machine": platform.machine(), "cpus": len(available_cpus()),
+    result = {"host": cpu_model(), "machine": platform.machine(), "cpus": host_cores(),
               "requests": args.requests, "rounds": args.rounds, "rows": rows}
     (args.out / "throughput.json").write_text(json.dumps(result, indent=2))
 

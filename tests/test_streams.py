@@ -12,7 +12,8 @@ import pytest
 
 import tvm_fuse
 from tests.conftest import dense_model
-from tvm_fuse.streams import Streams, available_cpus, core_groups
+from tvm_fuse.streams import Streams, core_groups
+from tvm_fuse.target import available_cpus
 from tvm_fuse.threads import pin_this_thread
 
 FEED = {"x": np.random.default_rng(2).standard_normal((256, 256)).astype(np.float32)}

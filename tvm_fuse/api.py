@@ -164,7 +164,7 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         report = fusion_report(mod, onnx_model, vector_lanes(tvm_target), disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
         mod = lowered(mod, tvm_target)
-        check_lowered(mod, onnx_model, graph_functions(mod))
+        check_lowered(onnx_model, graph_functions(mod))
         report.kernel_calls = count_kernel_calls(mod)
         amx = uses_tiles(mod)
         executable = compile_lowered(mod, tvm_target)

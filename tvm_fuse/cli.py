@@ -68,11 +68,15 @@ def _load_onnx(spec: str, batch: int):
     return models.named_model(spec, batch=batch)
 
 
+def _build_options(args) -> dict:
+    """The options of `api.build` every command's build takes from its arguments, but the precision's."""
+    return dict(target=args.target, input_shapes=dict(args.input_shape or []), disable_fusion=args.disable_fusion,
+                tuning_logs=args.tuning_logs, cache_dir=args.cache_dir)
+
+
 def _build(args):
-    source = _load_onnx(args.model, args.batch)
-    return api.build(source, target=args.target, input_shapes=dict(args.input_shape or []),
-                     disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
-                     precision=args.precision, cache_dir=args.cache_dir)
+    return api.build(_load_onnx(args.model, args.batch), quantize=_quant_config(args), precision=args.precision,
+                     **_build_options(args))
 
 
 def _quant_config(args) -> QuantConfig | None:
@@ -152,8 +156,7 @@ def _bench_precisions(args) -> int:
     AVX-512), each beside ONNX Runtime and OpenVINO (where installed) at that precision, every
     runtime taking turns."""
     onnx_model = load_model(_load_onnx(args.model, args.batch))
-    options = dict(target=args.target, input_shapes=dict(args.input_shape or []), disable_fusion=args.disable_fusion,
-                   tuning_logs=args.tuning_logs, cache_dir=args.cache_dir)
+    options = _build_options(args)
     fp32 = api.build(onnx_model, **options)
     feed = random_feed(fp32.get_inputs(), dims={"batch": args.batch})
     ours = {"fp32": fp32}
@@ -186,8 +189,8 @@ def _bench_precisions(args) -> int:
         for name in others:
             # ONNX Runtime has no bf16: its fp32 stands beside our bf16, marked so.
             key = next((k for k in [(name, precision), (name, "fp32")] if k in ms), None)
-            mark = "" if key == (name, precision) else "*"
-            line += f"{ms[key]:16.2f}{mark or ' '}{ms[key] / ms['tvm_fuse', precision]:19.3f}x"
+            mark = " " if key == (name, precision) else "*"
+            line += f"{ms[key]:16.2f}{mark}{ms[key] / ms['tvm_fuse', precision]:19.3f}x"
         if reference:
             line += f"{differences(model.run(None, feed), reference.run(None, feed))[1]:15.3g}"
         print(line)
@@ -218,9 +221,7 @@ def _reference_runtimes(onnx_model, ours: dict, calibration, threads: int, spinn
 
 def _bench_one(args) -> int:
     onnx_model = load_model(_load_onnx(args.model, args.batch))
-    model = api.build(onnx_model, target=args.target, input_shapes=dict(args.input_shape or []),
-                      disable_fusion=args.disable_fusion, tuning_logs=args.tuning_logs, quantize=_quant_config(args),
-                      precision=args.precision, cache_dir=args.cache_dir)
+    model = api.build(onnx_model, quantize=_quant_config(args), precision=args.precision, **_build_options(args))
     feed = random_feed(model.get_inputs(), dims={"batch": args.batch})
     threads = args.threads or host_cores()
     int8 = sum(1 for k in model.fusion_report()["kernels"] if k["int8"])

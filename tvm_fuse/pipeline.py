@@ -61,16 +61,16 @@ from .tuning.database import TuningDatabase
 
 
 def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[tvm.transform.Pass]:
-    """The forms the fusion table expects: the ops around an If in dataflow blocks, constants folded first (a conv bias is a reshape of
-    one until then), ONNX Sum / Max / Min / Mean as binary ops, no-ops gone, a conv's zero Pad
-    as its own padding, Gemm / MatMul + Add as dense + bias, a transposed conv whose kernel is
-    its stride as a 1x1 conv, batch-norm folded into the layer before it (unless `conv_bn` /
-    `fc_bn` are off), clip as maximum / minimum, leaky ReLU and PRelu as a maximum and constants at their
-    tensor's rank (all so layout conversion can follow), a 1-D conv with an output row shorter
-    than a vector (or strided or grouped over enough channels) as a dense layer over its input
-    windows, a transpose undone after elementwise ops gone, a layer norm written out op by op
-    as one, and an attention block's Q, K and V projections as one dense layer (unless
-    `attention` is off)."""
+    """The forms the fusion table expects: the ops around an If in dataflow blocks, constants
+    folded first (a conv bias is a reshape of one until then), ONNX Sum / Max / Min / Mean as
+    binary ops, no-ops gone, a conv's zero Pad as its own padding, Gemm / MatMul + Add as dense
+    + bias, a transposed conv whose kernel is its stride as a 1x1 conv, batch-norm folded into
+    the layer before it (unless `conv_bn` / `fc_bn` are off), clip as maximum / minimum, leaky
+    ReLU and PRelu as a maximum and constants at their tensor's rank (all so layout conversion
+    can follow), a 1-D conv with an output row shorter than a vector (or strided or grouped over
+    enough channels) as a dense layer over its input windows, a transpose undone after
+    elementwise ops gone, a layer norm written out op by op as one, and an attention block's Q,
+    K and V projections as one dense layer (unless `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         DataflowAroundIfs(),

@@ -11,12 +11,8 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from .target import available_cpus
 from .threads import pin_this_thread
-
-
-def available_cpus() -> list[int]:
-    """The CPUs this process may run on (its affinity: a container's or taskset's share)."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
 def core_groups(cpus: list[int], count: int) -> list[list[int]]:
@@ -34,7 +30,8 @@ class Streams:
 
     def __init__(self, model, count: int | None = None):
         self.model = model
-        self.groups = core_groups(available_cpus(), count or len(available_cpus()))
+        cpus = available_cpus()
+        self.groups = core_groups(cpus, count or len(cpus))
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._pid = None

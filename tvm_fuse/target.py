@@ -58,9 +58,14 @@ def host_features() -> frozenset[str]:
     return frozenset(name for name, feature in ISA_FEATURES.items() if llvm.get(feature))
 
 
+def available_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a container's or taskset's share)."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def host_cores() -> int:
     """How many CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return len(available_cpus())
 
 
 def _native_target() -> dict[str, Any]:

@@ -37,7 +37,8 @@ def set_num_threads(count: int) -> None:
 
 def configure_this_thread() -> None:
     """Give this thread's pool the count of `set_num_threads`, if it has not got it (not the
-    pool of the thread that forked this process: its workers are the parent's)."""
+    pool of the thread that forked this process, whose workers are the parent's, nor that of a
+    stream's thread, pinned to its cores)."""
     if _thread_count is None or threading.get_ident() == _forked_from or getattr(_this_thread, "pinned", False):
         return
     if getattr(_this_thread, "thread_count", None) != _thread_count:
@@ -81,7 +82,6 @@ def in_a_fresh_thread(work):
         if _after_fork is None:
             _after_fork = ThreadPoolExecutor(1, thread_name_prefix="tvm_fuse-after-fork")
     return _after_fork.submit(work).result()
-
 
 
 def set_spinning(enabled: bool) -> None:

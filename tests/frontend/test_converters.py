@@ -117,6 +117,8 @@ def test_a_resize_to_the_same_size_is_the_input(mode):
     ((1, 1, 2, 2), {"coordinate_transformation_mode": "half_pixel"}, [1, 1, 3, 2]),
     ((1, 2, 3, 4), {"coordinate_transformation_mode": "tf_half_pixel_for_nn"}, [1, 2, 9, 4]),
     ((1, 1, 1, 4), {"coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "ceil"}, [1, 1, 2, 4]),
+    # align_corners scales by 13/6, not by the sizes' ratio 2: pixel 3 maps to 6.5.
+    ((1, 1, 14, 14), {"coordinate_transformation_mode": "align_corners"}, [1, 1, 7, 7]),
 ])
 def test_a_nearest_resize_whose_ties_tvm_may_break_otherwise_is_refused(shape, attrs, sizes):
     model, _ = _resize(shape, {"mode": "nearest", **attrs}, sizes=sizes)

@@ -15,6 +15,7 @@ from tvm.ir.expr import GenericConst
 from ..compute.lrn import local_response_norm
 from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
+from .attributes import text
 from .recurrent import gru, lstm
 
 
@@ -133,8 +134,7 @@ def pad(bb, inputs, attrs, opset):
     """A constant Pad with static pads as Relax's `nn.pad`, which `FoldPadIntoConv` can read
     (TVM's converter emits it as a TIR kernel already); a Pad of nothing as its input, as
     exporters write "same" padding for 1x1 convs (EfficientNet: 55 such per run)."""
-    mode = attrs.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
+    if text(attrs.get("mode", b"constant")) != "constant":
         return None
     if opset < 11:
         pads, value = attrs.get("pads"), attrs.get("value", 0.0)
@@ -191,16 +191,13 @@ def resize(bb, inputs, attrs, opset):
         out = [int(v) for v in inputs[3].value.numpy().tolist()]
     else:
         return None
-    mode = attrs.get("coordinate_transformation_mode", b"half_pixel")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = text(attrs.get("coordinate_transformation_mode", b"half_pixel"))
     if out == sizes and mode not in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
         return x  # every mapping is the identity at the same size
     if mode == "align_corners" and any(o == 1 for o in out[2:]):  # also 1 -> 1 beside an axis that changes
         raise refuse("Resize", attrs, opset, "align_corners to an output of size 1 (TVM divides by zero)")
-    nearest = attrs.get("mode", b"nearest")
-    rounding = attrs.get("nearest_mode", b"round_prefer_floor")
-    if (nearest.decode() if isinstance(nearest, bytes) else str(nearest)) == "nearest":
-        rounding = rounding.decode() if isinstance(rounding, bytes) else str(rounding)
+    if text(attrs.get("mode", b"nearest")) == "nearest":
+        rounding = text(attrs.get("nearest_mode", b"round_prefer_floor"))
         # ONNX Runtime copies an axis of unchanged size; TVM maps it to x + 0.5, which these round up.
         if mode == "tf_half_pixel_for_nn" and rounding in ("ceil", "round_prefer_ceil") \
                 and any(o == i for o, i in zip(out[2:], sizes[2:])):
@@ -217,22 +214,27 @@ def _tied_axis(mode: str, rounding: str, sizes: list, out: list) -> int | None:
     """The first spatial axis on which a nearest Resize maps an output pixel exactly halfway
     between two input pixels (ONNX's coordinate, in exact arithmetic) while TVM, which scales by
     the ratio of sizes in float32, cannot compute it exactly (the ratio's denominator is not a
-    power of two): there TVM's rounding error decides the tie, and it may pick the other pixel."""
-    if rounding not in ("round_prefer_floor", "round_prefer_ceil"):
+    power of two; align_corners scales by (size - 1) / (length - 1), so it is checked too): there
+    TVM's rounding error decides the tie, and it may pick the other pixel."""
+    half = Fraction(1, 2)
+    # ONNX's input coordinate of output pixel x as (x + before) * ratio - after, by mode.
+    shifts = {"half_pixel": (half, half), "pytorch_half_pixel": (half, half), "asymmetric": (0, 0),
+              "tf_half_pixel_for_nn": (half, 0), "align_corners": (0, 0)}
+    if rounding not in ("round_prefer_floor", "round_prefer_ceil") or mode not in shifts:
         return None
+    before, after = shifts[mode]
     for axis, (size, length) in enumerate(zip(sizes, out)):
         if size is None or length is None or size == length:
             continue
-        ratio = Fraction(size, length)
-        if ratio.denominator & (ratio.denominator - 1) == 0:  # exact in float32: TVM rounds the ties as ONNX does
+        ratios = [Fraction(size, length)]
+        if mode == "align_corners":
+            ratios.append(Fraction(size - 1, length - 1))  # length 1 is refused before
+        if all(r.denominator & (r.denominator - 1) == 0 for r in ratios):  # exact in float32: ties as ONNX's
             continue
+        ratio = ratios[-1]
         for x in range(length):
-            coordinate = {"half_pixel": (x + Fraction(1, 2)) * ratio - Fraction(1, 2),
-                          "pytorch_half_pixel": (x + Fraction(1, 2)) * ratio - Fraction(1, 2),
-                          "asymmetric": x * ratio,
-                          "tf_half_pixel_for_nn": (x + Fraction(1, 2)) * ratio,
-                          "align_corners": Fraction(x * (size - 1), max(length - 1, 1))}.get(mode)
-            if coordinate is not None and coordinate - math.floor(coordinate) == Fraction(1, 2):
+            coordinate = (x + before) * ratio - after
+            if coordinate - math.floor(coordinate) == half:
                 return axis
     return None
 

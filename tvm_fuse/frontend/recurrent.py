@@ -23,6 +23,7 @@ from tvm.ir.expr import GenericConst
 
 from ..compute.recurrent import gru_sequence, lstm_sequence
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
+from .attributes import text
 
 ACTIVATIONS = {
     "sigmoid": relax.op.sigmoid,
@@ -34,12 +35,8 @@ ACTIVATIONS = {
 SEQUENCE_KERNEL_MAX_STEP = 131_072
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _activations(attrs, defaults: list[str], directions: int) -> list:
-    names = [_text(a).lower() for a in attrs.get("activations", [])] or defaults * directions
+    names = [text(a).lower() for a in attrs.get("activations", [])] or defaults * directions
     unknown = sorted(set(names) - set(ACTIVATIONS))
     if unknown:
         raise NotImplementedError(f"activations {unknown} (supported: {sorted(ACTIVATIONS)})")
@@ -80,7 +77,7 @@ class _Recurrence:
         self.x = bb.emit(relax.op.permute_dims(x, [1, 0, 2])) if self.batch_first else x
         self.clip = attrs.get("clip")
         self.gates = gates
-        direction = _text(attrs.get("direction", "forward"))
+        direction = text(attrs.get("direction", "forward"))
         self.reverse = {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
         seq = self.x.ty.shape[0]
         if not isinstance(seq, tvm.tirx.IntImm):

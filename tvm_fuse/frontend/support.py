@@ -51,11 +51,15 @@ def _unknown_at_build_time(node: onnx.NodeProto, constants: set[str]) -> list[st
     return [node.input[i] for i in positions if i < len(node.input) and node.input[i] and node.input[i] not in constants]
 
 
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
+
+
 def unsupported_nodes(model: onnx.ModelProto) -> list[UnsupportedNode]:
     """Every node whose op no converter handles, or handles only for inputs known at build
     time that this node computes at run time, in graph order."""
     convert_map = _get_convert_map()
-    opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
+    opsets = _opsets(model)
     constants = {t.name for t in model.graph.initializer}
     constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
     unsupported = []
@@ -78,28 +82,26 @@ def check_supported(model: onnx.ModelProto) -> None:
         raise UnsupportedOpsError(nodes)
 
 
-def check_lowered(mod: tvm.IRModule, model: onnx.ModelProto, graph: list[relax.Function]) -> None:
+def check_lowered(model: onnx.ModelProto, graph: list[relax.Function]) -> None:
     """Raise UnsupportedOpsError for every node of `model` whose Relax op is left in `graph` (the
-    functions of a legalized `mod`). TVM legalizes an op only where the shapes of its arguments
-    and result are known at build time; one it cannot (an Add of a symbolic [n] and a [1, 2]:
-    [1, 2] or an error) the VM cannot run, and the node is refused, named."""
-    opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
-    nodes = all_nodes(model)
-    refused = {}
-    for func in graph:
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                call = binding.value
-                if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
-                        and call.op.get_attr("FLegalize") is not None):
-                    continue
-                index = provenance.node_index(binding.var)
-                indices = [index] if index is not None else provenance.span_nodes(call)
-                shapes = " and ".join(str(arg.ty) for arg in call.args)
-                reason = f"{call.op.name} of {shapes} gives a shape unknown at build time ({call.ty})"
-                for node in [nodes[i] for i in indices if i < len(nodes)] or [None]:
-                    name = node.name if node is not None else binding.var.name_hint
-                    op_type, domain = (node.op_type, node.domain) if node is not None else (call.op.name, "")
-                    refused.setdefault(name, UnsupportedNode(op_type, name, domain, opsets.get(domain or "ai.onnx", 0), reason))
+    graph functions of a legalized module). TVM legalizes an op only where the shapes of its
+    arguments and result are known at build time; one it cannot (an Add of a symbolic [n] and a
+    [1, 2]: [1, 2] or an error) the VM cannot run, and the node is refused, named."""
+    opsets, nodes = _opsets(model), all_nodes(model)
+    refused: dict[str, UnsupportedNode] = {}
+    bindings = [b for func in graph for block in func.body.blocks for b in block.bindings]
+    for binding in bindings:
+        call = binding.value
+        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
+                and call.op.get_attr("FLegalize") is not None):
+            continue
+        index = provenance.node_index(binding.var)
+        indices = [index] if index is not None else provenance.span_nodes(call)
+        shapes = " and ".join(str(arg.ty) for arg in call.args)
+        reason = f"{call.op.name} of {shapes} gives a shape unknown at build time ({call.ty})"
+        # (op type, node name, domain) of its ONNX nodes; a binding that records none, by its op and variable
+        named = [(n.op_type, n.name, n.domain) for n in (nodes[i] for i in indices if i < len(nodes))]
+        for op_type, name, domain in named or [(call.op.name, binding.var.name, "")]:
+            refused.setdefault(name, UnsupportedNode(op_type, name, domain, opsets.get(domain or "ai.onnx", 0), reason))
     if refused:
         raise UnsupportedOpsError(list(refused.values()))

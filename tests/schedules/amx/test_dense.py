@@ -207,26 +207,27 @@ def _amx_target_build(model, monkeypatch, **options):
     return built
 
 
-@pytest.mark.avx512
-def test_a_bf16_model_for_an_amx_host_computes_its_dense_on_tiles(monkeypatch):
-    model = _amx_target_build(dense_model((16,), 128, 64), monkeypatch, precision="bf16")
-    assert not model.uses_amx  # emulated: no tile instruction
+def _assert_the_product_of_rounded_operands(model) -> None:
+    """`model` (dense_model((16,), 128, 64) in bf16) computes ReLU(x W) of x and W rounded to bf16."""
     x = np.random.default_rng(1).standard_normal((16, 128)).astype(np.float32)
     (y,) = model.run(None, {"x": x})
     w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)  # dense_model's weight
     expected = np.maximum(value_of(bits_of(x)).astype(np.float64) @ value_of(bits_of(w)).astype(np.float64), 0)
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+@pytest.mark.avx512
+def test_a_bf16_model_for_an_amx_host_computes_its_dense_on_tiles(monkeypatch):
+    model = _amx_target_build(dense_model((16,), 128, 64), monkeypatch, precision="bf16")
+    assert not model.uses_amx  # emulated: no tile instruction
+    _assert_the_product_of_rounded_operands(model)
 
 
 @pytest.mark.amx
 def test_a_bf16_model_built_for_this_amx_host_runs_on_tiles():
     model = _bf16_build("native", rows=(16,), k=128, n=64)
     assert model.uses_amx
-    x = np.random.default_rng(1).standard_normal((16, 128)).astype(np.float32)
-    (y,) = model.run(None, {"x": x})
-    w = np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32)  # dense_model's weight
-    expected = np.maximum(value_of(bits_of(x)).astype(np.float64) @ value_of(bits_of(w)).astype(np.float64), 0)
-    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    _assert_the_product_of_rounded_operands(model)
 
 
 @pytest.mark.bf16
