@@ -2,7 +2,7 @@
 OpenVINO in one run: each model built from its config (random weights: speed does not depend
 on them; nothing is downloaded), exported as a user would (torch's TorchScript exporter,
 opset 17), then tvm_fuse, ONNX Runtime and OpenVINO f32 take turns on the same input
-(`tvm_fuse.compare.time_alternating`). Needs the test extra (torch, and transformers through
+(`tvm_fuse.benchmarking.compare.time_alternating`). Needs the test extra (torch, and transformers through
 sentence-transformers) and the bench extra.
 
     python bench/architectures.py                       # every model below
@@ -25,7 +25,7 @@ import warnings
 import onnx
 
 import tvm_fuse
-from tvm_fuse.compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
+from tvm_fuse.benchmarking.compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
 
 

@@ -3,7 +3,7 @@ beforehand, and a build-cache hit) beside OpenVINO's `compile_model` and ONNX Ru
 creation, each from the ONNX model in memory, in one process, one after another.
 
     python bench/build_times.py [--models resnet50 densenet121 ...] [--no-openvino] [--no-bf16] [--no-int8]
-                                [--no-cache] [--phases] [--markdown build_times.md]
+                                [--no-cache] [--phases] [--out bench/results]
 
 A precision the host cannot build (bf16 without AVX512-BF16) is left out. `--phases` prints each
 fp32 build's seconds per phase (`fusion_report()["build_seconds"]`). Ratios are ours over the
@@ -13,7 +13,7 @@ other's: below 1 we are faster. The geomean rows cover the CNNs of `bench/models
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,10 +24,11 @@ import onnx
 import tvm_fuse
 from tvm_fuse import build_timings
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import OpenVINOSession, onnxruntime_session
-from tvm_fuse.quantization.calibrate import quantize
+from tvm_fuse.benchmarking.compare import OpenVINOSession, onnxruntime_session
+from tvm_fuse.calibrate import quantize
 
-from models import CNNS, REAL_MODELS, cpu_model, model_and_feed
+import tables
+from models import CNNS, REAL_MODELS, model_and_feed
 
 CALIBRATION_FEEDS = 4  # the table's samples; calibrating is not part of an int8 build here
 
@@ -70,28 +71,18 @@ def measure(name: str, args) -> dict:
     return row
 
 
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
-
-
-def markdown(rows: list[dict]) -> str:
-    columns = [c for c in ("fp32", "bf16", "int8", "cache hit", "onnxruntime", "openvino") if any(c in r for r in rows)]
-    lines = ["| model | " + " | ".join(f"{c} s" for c in columns) + " | fp32 / OpenVINO | fp32 / ONNX Runtime |",
-             "|---|" + "---|" * (len(columns) + 2)]
-    for row in rows:
-        cells = [f"{row[c]:.2f}" if c in row else "" for c in columns]
-        ratios = [f"{row['fp32'] / row[other]:.1f}" if other in row else "" for other in ("openvino", "onnxruntime")]
-        lines.append(f"| {row['model']} | " + " | ".join(cells + ratios) + " |")
+def summary(rows: list[dict]) -> str:
+    lines = []
     cnns = [r for r in rows if r["model"] in CNNS]
     for other in ("openvino", "onnxruntime"):
-        mean = _geomean([r["fp32"] / r[other] for r in cnns if other in r])
+        mean = tables.geomean(r["fp32"] / r[other] for r in cnns if other in r)
         if mean is not None:
-            lines.append(f"\nGeomean over the CNNs, our fp32 build / {other}: {mean:.1f}x")
+            lines.append(f"Geomean over the CNNs, our fp32 build / {other}: {mean:.1f}x.")
     for precision in ("bf16", "int8"):
-        mean = _geomean([r[precision] / r["fp32"] for r in rows if precision in r])
+        mean = tables.geomean(r[precision] / r["fp32"] for r in rows if precision in r)
         if mean is not None:
-            lines.append(f"Geomean {precision} build / fp32 build: {mean:.2f}")
-    return "\n".join(lines)
+            lines.append(f"Geomean {precision} build / fp32 build: {mean:.2f}.")
+    return " ".join(lines)
 
 
 def main() -> None:
@@ -102,7 +93,7 @@ def main() -> None:
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--no-cache", action="store_true", help="leave out the cache hit")
     parser.add_argument("--phases", action="store_true", help="print each fp32 build's seconds per phase")
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--out", type=Path, default=tables.RESULTS, help="where build_times.json goes")
     args = parser.parse_args()
     rows = []
     for name in args.models:
@@ -110,10 +101,9 @@ def main() -> None:
         print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in rows[-1].items() if k != "phases"}, flush=True)
         if args.phases:
             print(build_timings.table(rows[-1]["phases"]))
-    table = f"Host: {cpu_model()}.\n\n" + markdown(rows)
-    print(table)
-    if args.markdown:
-        args.markdown.write_text(table + "\n")
+    print(tables.markdown(rows, tables.BUILD_TIMES) + "\n\n" + summary(rows))
+    tables.save(args.out, "build_times", [{k: v for k, v in r.items() if k != "phases"} for r in rows],
+                "python bench/build_times.py " + " ".join(sys.argv[1:]), summary=summary(rows))
 
 
 if __name__ == "__main__":

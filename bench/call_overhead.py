@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
-from tvm_fuse.compare import OpenVINOSession, onnxruntime_session
+from tvm_fuse.benchmarking.compare import OpenVINOSession, onnxruntime_session
 from tvm_fuse.target import host_cpu
 from tvm_fuse.threads import set_num_threads
 

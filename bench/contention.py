@@ -24,7 +24,7 @@ from pathlib import Path
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import OpenVINOSession, onnxruntime_session, time_alternating
+from tvm_fuse.benchmarking.compare import OpenVINOSession, onnxruntime_session, time_alternating
 from tvm_fuse.target import host_cores
 
 from models import model_and_feed

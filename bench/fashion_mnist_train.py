@@ -24,7 +24,7 @@ import onnx
 import torch
 from torch import nn
 
-from tvm_fuse.datasets import fashion_mnist
+from tvm_fuse.benchmarking.datasets import fashion_mnist
 
 OPSET = 17
 IR_VERSION = 9  # what opset 17 needs; ONNX Runtime rejects IR versions newer than it knows

@@ -6,8 +6,10 @@ latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See doc
                            [--int8 [--calib-method entropy] [--calib-samples 16] [--agreement-samples 100]]
                            [--bf16 [--agreement-samples 100]]
 
-Writes OUT/models.json (every number, the machine and the peak) and OUT/models.png (the
-ratio ONNX Runtime / tvm_fuse per model and batch, in fp32).
+Prints its tables (`bench/tables.py`) and writes OUT/models.json (every number, the machine and
+the peak; models_int8.json with --int8, models_bf16.json with --bf16), from which
+`bench/report.py` writes docs/benchmarks.md, and a plot beside it (the ratio ONNX Runtime /
+tvm_fuse per model and batch, in fp32).
 
 OpenVINO (its CPU plugin, f32, latency hint) takes turns with the other two in the same run;
 --no-openvino leaves it out.
@@ -18,7 +20,7 @@ one run alternates all six runtimes, and the int8 table adds the top-1 agreement
 and ONNX Runtime's int8 models with their fp32 ones.
 
 `--models yolov8_detector mobilenet_v3 unet crnn face_pnet face_rnet face_onet` times the small
-models of `tvm_fuse/models/zoo.py` (seeded weights, 64x64 images) the same way.
+models of `tvm_fuse/benchmarking/models/zoo.py` (seeded weights, 64x64 images) the same way.
 
 The MiniLM models (`--models minilm_s16 minilm_s128 minilm_s384`: the real all-MiniLM-L6-v2 at
 that sequence length, exported with the test extra's torch) also time tvm_fuse's and ONNX
@@ -37,12 +39,9 @@ attention's products in bf16), as `ours8b` in their table.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import importlib.metadata
-import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -55,44 +54,38 @@ import tvm
 import tvm_fuse
 from tvm_fuse import QuantConfig
 from tvm_fuse.benchmark import Latency, random_feed
-from tvm_fuse.compare import (
+from tvm_fuse.benchmarking.compare import (
     OpenVINOSession,
     differences,
     onnxruntime_session,
     time_alternating,
     top1_agreement,
 )
-from tvm_fuse.flops import model_flops
+from tvm_fuse.benchmarking.flops import model_flops
+from tvm_fuse.benchmarking.models import named_model, zoo
+from tvm_fuse.benchmarking.models.corpus import corpus, corpus_feed, corpus_path
+from tvm_fuse.benchmarking.models.real import REAL_MODELS, real_model_feed, real_model_path
+from tvm_fuse.benchmarking.ort_quantize import ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
+from tvm_fuse.benchmarking.peak import measure_peak
 from tvm_fuse.frontend.fixups import apply_fixups
 from tvm_fuse.frontend.importer import set_input_shapes
 from tvm_fuse.frontend.load import load_model
-from tvm_fuse.models import named_model, zoo
-from tvm_fuse.models.corpus import corpus, corpus_feed, corpus_path
-from tvm_fuse.models.real import REAL_MODELS, real_model_feed, real_model_path
-from tvm_fuse.ort_quantize import ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
-from tvm_fuse.peak import measure_peak
 from tvm_fuse.quantization.config import METHODS
-from tvm_fuse.target import host_cores, host_cpu
+from tvm_fuse.target import host_cores
+
+import tables
 
 CNNS = ["resnet50", "inception_v1", "vgg19", "squeezenet", "densenet121", "mobilenet_v2", "resnet18"]
 MODELS = [*CNNS, "transformer_encoder", *REAL_MODELS]
 # The real all-MiniLM-L6-v2 at a sequence length; not in the default list: its export needs the
 # test extra's torch and weights.
 MINILM = {f"minilm_s{seq}": seq for seq in (16, 128, 384)}
-# The small architectures of tvm_fuse/models/zoo.py (seeded weights, 64x64 inputs; the face
+# The small architectures of tvm_fuse/benchmarking/models/zoo.py (seeded weights, 64x64 inputs; the face
 # cascade's nets at the sizes its detector runs them: one 240x320 image, 24x24 and 48x48 crops);
 # not in the default list: the tests' stand-ins for what users bring, timed on request.
 ZOO = {name: getattr(zoo, name) for name in ("yolov8_detector", "mobilenet_v3", "unet", "crnn")}
 ZOO.update({f"face_{net}": functools.partial(zoo.face_cascade, net) for net in ("pnet", "rnet", "onet")})
 CALIBRATION_SEED, AGREEMENT_SEED = 1, 2  # each feed i draws from rng((seed, i)); the timed feed from rng(0)
-
-
-def cpu_model() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]:
@@ -112,7 +105,7 @@ def model_and_feed(name: str, batch: int) -> tuple[onnx.ModelProto, dict | None]
 def minilm_and_feed(seq: int, batch: int) -> tuple[onnx.ModelProto, dict]:
     """MiniLM exported at sequence length `seq` (its batch dynamic), and a feed of `batch`
     sequences of random token ids, every token real (the mask all ones): the full-length work."""
-    from tvm_fuse.models import minilm  # torch and the weights' package: the test extra
+    from tvm_fuse.benchmarking.models import minilm  # torch and the weights' package: the test extra
 
     rng = np.random.default_rng(0)
     feed = {"input_ids": rng.integers(1000, 30000, (batch, seq)).astype(np.int64),
@@ -124,7 +117,7 @@ def minilm_and_feed(seq: int, batch: int) -> tuple[onnx.ModelProto, dict]:
 def any_length_minilm(untuned: bool) -> tvm_fuse.CompiledModel:
     """MiniLM exported with symbolic batch and sequence and built once: one build serves every
     MiniLM row of the run."""
-    from tvm_fuse.models import minilm
+    from tvm_fuse.benchmarking.models import minilm
 
     return tvm_fuse.build(minilm.export_minilm(seq_len=None), tuning_logs=[] if untuned else None)
 
@@ -288,96 +281,20 @@ def bench_int8(onnx_model, model, feed: dict, batch: int, args) -> tuple[Latency
 
 
 def geomean_batch1(rows: list[dict], models, key: str = "ratio") -> float | None:
-    ratios = [r[key] for r in rows if r["model"] in models and r["batch"] == 1 and key in r]
-    return math.exp(np.mean(np.log(ratios))) if ratios else None
+    return tables.geomean(r.get(key) for r in rows if r["model"] in models and r["batch"] == 1)
 
 
-def print_table(rows: list[dict], geomeans: dict[str, tuple[float | None, float | None]]) -> None:
-    with_openvino = any("openvino_ms" in r for r in rows)
-    openvino_head = ("OV ms", "OV/ours") if with_openvino else ()
-    head = ("model", "batch", "GFLOPs", "tvm_fuse ms", "ORT ms", "ORT/ours", *openvino_head,
-            "ours GF/s", "ORT GF/s", "ours %pk", "ORT %pk", "compile s", "rel err")
-    print(("{:20}{:>6}" + "{:>12}" * (len(head) - 2)).format(*head))
-    for r in rows:
-        openvino = ""
-        if with_openvino:
-            openvino = (f"{r['openvino_ms']:12.2f}{r['ratio_openvino']:11.2f}x" if "openvino_ms" in r
-                        else f"{'n/a':>12}{'n/a':>12}")
-        print(f"{r['model']:20}{r['batch']:6}{r['gflops']:12.2f}{r['tvm_fuse_ms']:12.2f}{r['onnxruntime_ms']:12.2f}"
-              f"{r['ratio']:11.2f}x{openvino}{r['tvm_fuse_gflops_per_s']:12.1f}{r['onnxruntime_gflops_per_s']:12.1f}"
-              f"{r['tvm_fuse_pct_peak']:11.1f}%{r['onnxruntime_pct_peak']:11.1f}%{r['compile_s']:12.1f}"
-              f"{r['max_rel_diff']:12.1e}")
+def print_tables(rows: list[dict], geomeans: dict[str, tuple[float | None, float | None]]) -> None:
+    print(tables.markdown(rows, tables.LATENCY))
     for group, (geomean, geomean_openvino) in geomeans.items():
         if geomean is not None:
-            openvino = f", OV/ours {geomean_openvino:.2f}x" if geomean_openvino is not None else ""
-            print(f"geomean over the {group} at batch 1: ORT/ours {geomean:.2f}x{openvino} (above 1: tvm_fuse is faster)")
-
-
-def print_bf16_table(rows: list[dict]) -> None:
-    head = ("model", "batch", "ours fp32", "ours bf16", "OV bf16", "fp32/bf16", "OV bf16/ours", "ours err", "OV err",
-            "top1 ours", "top1 OV")
-    print(("{:20}{:>6}" + "{:>13}" * (len(head) - 2)).format(*head))
-
-    def agreement(r: dict, name: str) -> str:
-        share = r.get(f"{name}_top1_agreement")
-        return f"{'n/a':>13}" if share is None else f"{100 * share:12.1f}%"
-
-    for r in rows:
-        openvino = (f"{r['openvino_bf16_ms']:13.2f}", f"{r['openvino_bf16_ms'] / r['ours_bf16_ms']:12.2f}x",
-                    f"{r['openvino_bf16_max_rel_diff']:13.1e}") if "openvino_bf16_ms" in r else (f"{'n/a':>13}",) * 3
-        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:13.2f}{r['ours_bf16_ms']:13.2f}{openvino[0]}"
-              f"{r['ours_bf16_speedup']:12.2f}x{openvino[1]}{r['ours_bf16_max_rel_diff']:13.1e}{openvino[2]}"
-              f"{agreement(r, 'ours_bf16')}{agreement(r, 'openvino_bf16')}")
-    print("medians in ms; err: largest output difference from ONNX Runtime fp32, relative to the output's largest "
-          "magnitude; top1: the share of random inputs on which each bf16 build's top-1 class is its own fp32's")
-
-
-def print_transformer_table(rows: list[dict]) -> None:
-    with_bf16 = any("tvm_fuse_dynamic_int8_bf16_ms" in r for r in rows)
-    head = ("model", "batch", "ours ms", "ORT ms", "OV ms", "ours8 ms", "ORT8 ms", "ORT/ours", "OV/ours",
-            "ORT8/ours8", "any/ours", "ours8 err", "ORT8 err", *(("ours8b ms", "ORT8/ours8b") if with_bf16 else ()))
-    print(("{:20}{:>6}" + "{:>11}" * 11 + "{:>12}" * (len(head) - 13)).format(*head))
-    for r in rows:
-        openvino = (f"{r['openvino_ms']:11.2f}", f"{r['ratio_openvino']:10.2f}x") if "openvino_ms" in r \
-            else (f"{'n/a':>11}",) * 2
-        ours8, theirs8 = r["tvm_fuse_dynamic_int8_ms"], r["onnxruntime_dynamic_int8_ms"]
-        ours8b = r.get("tvm_fuse_dynamic_int8_bf16_ms")
-        print(f"{r['model']:20}{r['batch']:6}{r['tvm_fuse_ms']:11.2f}{r['onnxruntime_ms']:11.2f}{openvino[0]}"
-              f"{ours8:11.2f}{theirs8:11.2f}{r['ratio']:10.2f}x{openvino[1]}{theirs8 / ours8:10.2f}x"
-              f"{r['tvm_fuse_any_length_ms'] / r['tvm_fuse_ms']:10.2f}x"
-              f"{r['tvm_fuse_dynamic_int8_max_rel_diff']:11.1e}{r['onnxruntime_dynamic_int8_max_rel_diff']:11.1e}"
-              + (f"{ours8b:12.2f}{theirs8 / ours8b:11.2f}x" if ours8b else ""))
-    print("medians in ms; ours8 / ORT8: dynamic int8 (QuantConfig(activations='dynamic'), a scale per group of 64 values of a row; "
-          "ONNX Runtime's quantize_dynamic, one per tensor); any/ours: our one build for every sequence length "
-          "(symbolic batch and sequence) against the build for this one; err: largest output difference from "
-          "ONNX Runtime fp32, relative to its largest magnitude"
-          + ("; ours8b (--bf16): our dynamic int8 with precision='bf16', the attention's products in bf16" if with_bf16
-             else ""))
-
-
-def print_int8_table(rows: list[dict]) -> None:
-    with_openvino = any("openvino_int8_ms" in r for r in rows)
-    head = ("model", "batch", "int8 krn", "ours fp32", "ours int8", "ORT fp32", "ORT int8", "fp32/int8",
-            "ORT8/ours8", "ORT/ours", *(("OV int8", "OV8/ours8") if with_openvino else ()), "top1 ours", "top1 ORT")
-    print(("{:20}{:>6}" + "{:>11}" * (len(head) - 2)).format(*head))
-    for r in rows:
-        agree = r["top1_agreement"]
-        top1 = (f"{100 * agree['tvm_fuse']:10.1f}%{100 * agree['onnxruntime']:10.1f}%" if agree
-                else f"{'n/a':>11}{'n/a':>11}")
-        openvino = ""
-        if with_openvino:
-            openvino = (f"{r['openvino_int8_ms']:11.2f}{r['ratio_openvino_int8']:10.2f}x" if "openvino_int8_ms" in r
-                        else f"{'n/a':>11}{'n/a':>11}")
-        print(f"{r['model']:20}{r['batch']:6}{r['int8_kernels']:11}{r['tvm_fuse_ms']:11.2f}{r['tvm_fuse_int8_ms']:11.2f}"
-              f"{r['onnxruntime_ms']:11.2f}{r['onnxruntime_int8_ms']:11.2f}{r['int8_speedup']:10.2f}x"
-              f"{r['ratio_int8']:10.2f}x{r['ratio']:10.2f}x{openvino}{top1}")
-    print(f"medians in ms; ORT int8: ONNX Runtime's {ORT_INT8_SCHEME}; OV int8: OpenVINO after NNCF's "
-          "quantize on the same calibration feeds\n"
-          "fp32/int8: ours fp32 / ours int8; ORT8/ours8: ORT int8 / ours int8; OV8/ours8: OV int8 / ours int8; "
-          "ORT/ours: in fp32 "
-          "(ratios above 1: the divisor is faster)\n"
-          "top1: share of random inputs on whose argmax each int8 model agrees with its fp32 model "
-          "(n/a: no single (batch, classes) output)")
+            openvino = f", OpenVINO / ours {geomean_openvino:.2f}x" if geomean_openvino is not None else ""
+            print(f"geomean over the {group} at batch 1: ORT / ours {geomean:.2f}x{openvino} (above 1: tvm_fuse is faster)")
+    for marker, table in (("tvm_fuse_int8_ms", tables.INT8), ("ours_bf16_ms", tables.BF16),
+                          ("onnxruntime_dynamic_int8_ms", tables.TRANSFORMERS)):
+        chosen = [r for r in rows if marker in r]
+        if chosen:
+            print("\n" + tables.markdown(chosen, table))
 
 
 def plot(rows: list[dict], batches: list[int], path: Path) -> None:
@@ -418,7 +335,7 @@ def main() -> None:
     parser.add_argument("--untuned", action="store_true",
                         help="heuristic default knobs only, no tuning logs (default: the logs build() finds)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="for every runtime and the peak (default: all cores)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=tables.RESULTS)
     parser.add_argument("--no-openvino", action="store_true",
                         help="leave OpenVINO out (f32, and with --int8 its NNCF int8)")
     parser.add_argument("--int8", action="store_true",
@@ -446,16 +363,8 @@ def main() -> None:
             rows.append(bench(name, batch, args, peak.gflops))
     geomeans = {group: (geomean_batch1(rows, models), geomean_batch1(rows, models, "ratio_openvino"))
                 for group, models in (("CNNs", CNNS), ("real models", REAL_MODELS))}
-    print_table(rows, geomeans)
-    if args.int8:
-        print_int8_table(rows)
-    if args.bf16:
-        print_bf16_table(rows)
-    transformers = [r for r in rows if "onnxruntime_dynamic_int8_ms" in r]
-    if transformers:
-        print_transformer_table(transformers)
+    print_tables(rows, geomeans)
 
-    args.out.mkdir(parents=True, exist_ok=True)
     openvino = any("openvino_ms" in r for r in rows)
     settings = {"threads": args.threads, "repeat": args.repeat, "warmup": args.warmup, "untuned": args.untuned,
                 "int8": args.int8, "openvino": openvino}
@@ -463,23 +372,20 @@ def main() -> None:
         settings.update(calib_method=args.calib_method, calib_samples=args.calib_samples,
                         agreement_samples=args.agreement_samples, onnxruntime_int8=ORT_INT8_SCHEME)
     report = {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": {"cpu": cpu_model(), "llvm_cpu": host_cpu(), "features": sorted(tvm_fuse.host_features()),
-                    "cores": host_cores()},
         "versions": {"tvm_fuse": tvm_fuse.__version__, "tvm": tvm.__version__,
                      "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__,
                      **({"openvino": importlib.metadata.version("openvino")} if openvino else {})},
         "settings": settings,
         "peak": peak.to_json(),
-        "results": rows,
         "geomean_ratio_cnn_batch1": geomeans["CNNs"][0],
         "geomean_ratio_openvino_cnn_batch1": geomeans["CNNs"][1],
         "geomean_ratio_real_batch1": geomeans["real models"][0],
         "geomean_ratio_openvino_real_batch1": geomeans["real models"][1],
     }
-    (args.out / "models.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(rows, args.batches, args.out / "models.png")
-    print(f"wrote {args.out / 'models.json'} and {args.out / 'models.png'}")
+    name = "models_int8" if args.int8 else "models_bf16" if args.bf16 else "models"
+    path = tables.save(args.out, name, rows, "python bench/models.py " + " ".join(sys.argv[1:]), **report)
+    plot(rows, args.batches, path.with_suffix(".png"))
+    print(f"wrote {path} and its plot")
 
 
 if __name__ == "__main__":

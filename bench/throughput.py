@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import platform
 import subprocess
 import sys
 import tempfile
@@ -31,12 +30,13 @@ import onnx
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
-from tvm_fuse.compare import differences, onnxruntime_session
+from tvm_fuse.benchmarking.compare import differences, onnxruntime_session
+from tvm_fuse.benchmarking.ort_quantize import ort_int8_model
 from tvm_fuse.frontend.importer import graph_inputs
-from tvm_fuse.ort_quantize import ort_int8_model
 from tvm_fuse.target import host_cores
 
-from models import cpu_model, model_and_feed
+import tables
+from models import model_and_feed
 
 CALIBRATION_FEEDS = 16
 
@@ -119,24 +119,6 @@ def measure(name: str, precision: str, args, folder: Path) -> dict:
     return row
 
 
-def print_table(rows: list[dict]) -> None:
-    print(f"\nHost: {cpu_model()}, {host_cores()} CPUs; batch 1, images/s (higher is better), "
-          "peak resident MB of each serving process (ours: loading the exported library).\n")
-    print("| model | precision | ours /s | OpenVINO /s | ours / OpenVINO | ONNX Runtime /s | ours / ORT "
-          "| ours MB | OpenVINO MB | ORT MB | our build MB | max rel diff |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-
-    def cell(row, key, digits=1, kind="f"):
-        return f"{row[key]:.{digits}{kind}}" if key in row else ""
-
-    for r in rows:
-        print(f"| {r['model']} | {r['precision']} | {cell(r, 'tvm_fuse_per_s')} | {cell(r, 'openvino_per_s')} "
-              f"| {cell(r, 'vs_openvino', 2)} | {cell(r, 'onnxruntime_per_s')} | {cell(r, 'vs_onnxruntime', 2)} "
-              f"| {cell(r, 'tvm_fuse_peak_mb', 0)} | {cell(r, 'openvino_peak_mb', 0)} "
-              f"| {cell(r, 'onnxruntime_peak_mb', 0)} | {cell(r, 'build_peak_mb', 0)} "
-              f"| {cell(r, 'max_rel_diff', 1, 'e')} |")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["resnet50", "mobilenet_v2"])
@@ -147,7 +129,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=host_cores(),
                         help="our streams and ONNX Runtime's calling threads (default: one per CPU)")
     parser.add_argument("--no-openvino", action="store_true")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=tables.RESULTS)
     args = parser.parse_args()
     features = tvm_fuse.host_features()
     precisions = args.precisions or ["fp32", *(["bf16"] if "avx512_bf16" in features else []),
@@ -158,11 +140,8 @@ def main() -> None:
             for precision in precisions:
                 rows.append(measure(name, precision, args, Path(folder)))
                 print(rows[-1], flush=True)
-    print_table(rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"host": cpu_model(), "machine": platform.machine(), "cpus": host_cores(),
-              "requests": args.requests, "rounds": args.rounds, "rows": rows}
-    (args.out / "throughput.json").write_text(json.dumps(result, indent=2))
+    print(tables.markdown(rows, tables.THROUGHPUT))
+    tables.save(args.out, "throughput", rows, "python bench/throughput.py " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -166,6 +166,13 @@ def accumulator_tile(vectors, row_tile: int, lanes: int, budget: int = 16) -> in
     return divisor(vectors, range(min(5, accumulator_budget(lanes, budget) // row_tile), 0, -1))
 
 
+def row_column_tiles(rows, vectors, lanes: int) -> list[tuple[int, int]]:
+    """Every (row_tile, column_tile) of a product's register tile, `rows` rows x `vectors`
+    column vectors, that the extents divide and the accumulator budget holds."""
+    budget = accumulator_budget(lanes, 28)
+    return [(r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5) if r * c <= budget]
+
+
 def divisors(extent, limit: int) -> list[int]:
     """The divisors of `extent` up to `limit`, ascending (of a symbolic extent, those it is
     built a multiple of)."""

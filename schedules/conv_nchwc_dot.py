@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tvm import s_tir
 
@@ -22,9 +23,23 @@ from .common import (
     store_tile,
     vectorize_innermost,
 )
-from .conv_nchwc import default_register_tile
+from .conv_nchwc import default_register_tile, register_tiles
 
 _WORD = 4  # bytes of weight per accumulator lane and step: 4 int8 or 2 bf16 values
+
+
+@dataclass(frozen=True)
+class DotProductConvKnobs:
+    width_tile: int  # output pixels of a row accumulated together
+    channel_tile: int = 1  # output channel blocks accumulated together
+
+
+def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> DotProductConvKnobs:
+    return DotProductConvKnobs(*default_dot_product_tile(sch, block, lanes))
+
+
+def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[DotProductConvKnobs]:
+    return [DotProductConvKnobs(w, c) for w, c in register_tiles(sch, block, lanes)]
 
 
 def default_dot_product_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, int]:
@@ -73,9 +88,11 @@ def _reuses_input_rows(sch: s_tir.Schedule, block) -> bool:
     return taps != [1, 1] and int(data.shape[3]) < 2 * static_extent(sch.get(loops[3]).extent)
 
 
-def schedule_dot_product_conv(sch: s_tir.Schedule, block, width_tile: int, channel_tile: int,
-                              intrinsic: Callable[[int], str], lanes: int) -> None:
+def schedule_dot_product_conv(sch: s_tir.Schedule, block, lanes: int, knobs: DotProductConvKnobs | None,
+                              intrinsic: Callable[[int], str]) -> None:
     """`intrinsic(lanes)`: the tensor intrinsic's name for an output block of `lanes` accumulators."""
+    knobs = knobs or default_knobs(sch, block, lanes)
+    width_tile, channel_tile = knobs.width_tile, knobs.channel_tile
     epilogue = inline_elementwise(sch, block)
     split_channels = splits_channels(sch, block)
     input_pass(sch, block, lanes, rows_first=not split_channels)

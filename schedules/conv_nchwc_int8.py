@@ -7,31 +7,13 @@ saturating, see `tvm_fuse.quantization.weights`), as the compute's block asks.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tvm import s_tir
 
 from ..ir_names import DOT_PRODUCT_ATTR
-from .conv_nchwc import register_tiles
-from .conv_nchwc_dot import default_dot_product_tile, schedule_dot_product_conv
+from .conv_nchwc_dot import DotProductConvKnobs, schedule_dot_product_conv
 from .intrinsics import dot_product
 
 
-@dataclass(frozen=True)
-class ConvNCHWcInt8Knobs:
-    width_tile: int  # output pixels of a row accumulated together
-    channel_tile: int = 1  # output channel blocks accumulated together
-
-
-def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvNCHWcInt8Knobs:
-    return ConvNCHWcInt8Knobs(*default_dot_product_tile(sch, block, lanes))
-
-
-def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[ConvNCHWcInt8Knobs]:
-    return [ConvNCHWcInt8Knobs(w, c) for w, c in register_tiles(sch, block, lanes)]
-
-
-def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcInt8Knobs | None = None) -> None:
-    knobs = knobs or default_knobs(sch, block, lanes)
+def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DotProductConvKnobs | None = None) -> None:
     vnni = str(sch.get(block).annotations.get(DOT_PRODUCT_ATTR, "vnni")) == "vnni"
-    schedule_dot_product_conv(sch, block, knobs.width_tile, knobs.channel_tile, lambda n: dot_product(n, vnni), lanes)
+    schedule_dot_product_conv(sch, block, lanes, knobs, lambda n: dot_product(n, vnni))

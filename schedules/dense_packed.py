@@ -14,11 +14,10 @@ from tvm import s_tir
 from ..ir_names import PREFETCH_ATTR
 from .common import (
     accumulate_in_registers,
-    accumulator_budget,
     accumulator_tile,
     divisor,
-    divisors,
     inline_epilogue,
+    row_column_tiles,
     static_extent,
     store_tile,
 )
@@ -74,8 +73,7 @@ def row_chunk(row_dims, depth, row_tile: int) -> int | None:
 
 def tile_space(rows, vectors, lanes: int) -> list[DensePackedKnobs]:
     """Every tile within the accumulator budget the extents divide."""
-    budget = accumulator_budget(lanes, 28)
-    return [DensePackedKnobs(r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5) if r * c <= budget]
+    return [DensePackedKnobs(r, c) for r, c in row_column_tiles(rows, vectors, lanes)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: DensePackedKnobs | None = None) -> None:

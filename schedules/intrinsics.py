@@ -31,6 +31,39 @@ def _registered(name: str, register) -> str:
     return name
 
 
+def _product(lanes: int, depth: int, dtypes: tuple[str, str, str], widen, step=None, llvm_ir: str = ""):
+    """`acc[i] += sum_k widen(a[k]) * widen(b[i, k])` over a `lanes` x `depth` block of
+    (a, b, acc) `dtypes`: as loops (a description) where `step` is None, else one vector step,
+    `step(word, B, C)` of the `depth` values of `a` read as one int32 `word`, with the LLVM IR it
+    calls linked in (`llvm_ir`)."""
+    a_dtype, b_dtype, acc_dtype = dtypes
+
+    @T.prim_func(s_tir=True)
+    def product(
+        A: T.Buffer((depth,), a_dtype, offset_factor=1),
+        B: T.Buffer((lanes, depth), b_dtype, offset_factor=1),
+        C: T.Buffer((lanes,), acc_dtype, offset_factor=1, scope="local"),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:depth], B[0:lanes, 0:depth])
+            T.writes(C[0:lanes])
+            if step is None:
+                for i in T.serial(0, lanes):
+                    for k in T.serial(0, depth):
+                        with T.sblock("update"):
+                            vi, vk = T.axis.remap("SR", [i, k])
+                            C[vi] = C[vi] + widen(A[vk]) * widen(B[vi, vk])
+            elif not llvm_ir:
+                word = T.reinterpret(A.vload([0], f"{a_dtype}x{depth}"), dtype="int32")
+                C[T.ramp(T.int32(0), 1, lanes)] = step(word, B, C)
+            else:
+                with T.attr(0, "pragma_import_llvm", llvm_ir):
+                    word = T.reinterpret(A.vload([0], f"{a_dtype}x{depth}"), dtype="int32")
+                    C[T.ramp(T.int32(0), 1, lanes)] = step(word, B, C)
+
+    return product
+
+
 def dot_product(lanes: int, vnni: bool) -> str:
     """The registered name of the `lanes` x 4 dot product, with VNNI or without."""
     return _registered(_dot_name(lanes, vnni), lambda: _register(lanes))
@@ -42,63 +75,29 @@ def _dot_name(lanes: int, vnni: bool) -> str:
 
 def _register(lanes: int) -> None:
     vpdpbusd, pmaddubsw, pmaddwd = _LLVM[lanes]
-    acc, bytes_, pairs = f"int32x{lanes}", f"uint8x{4 * lanes}", f"int16x{2 * lanes}"
+    acc, bytes_, pairs, weights = f"int32x{lanes}", f"uint8x{4 * lanes}", f"int16x{2 * lanes}", f"int8x{4 * lanes}"
 
-    @T.prim_func(s_tir=True)
-    def desc(
-        A: T.Buffer((4,), "uint8", offset_factor=1),
-        B: T.Buffer((lanes, 4), "int8", offset_factor=1),
-        C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local"),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
-            T.writes(C[0:lanes])
-            for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+    def vnni(word, B, C):
+        return T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id(vpdpbusd), C.vload([0], dtype=acc),
+            T.reinterpret(T.broadcast(word, lanes), dtype=bytes_),  # LLVM 22 takes bytes
+            B.vload([0, 0], dtype=weights), dtype=acc)
 
-    @T.prim_func(s_tir=True)
-    def vnni(
-        A: T.Buffer((4,), "uint8", offset_factor=1),
-        B: T.Buffer((lanes, 4), "int8", offset_factor=1),
-        C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local"),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
-            T.writes(C[0:lanes])
-            word = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
-            C[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(vpdpbusd),
-                C.vload([0], dtype=acc),
-                T.reinterpret(T.broadcast(word, lanes), dtype=bytes_),  # LLVM 22 takes bytes
-                B.vload([0, 0], dtype=f"int8x{4 * lanes}"),
-                dtype=acc,
-            )
+    def avx512(word, B, C):
+        # Pairs of u8 x s8 products summed in int16 (saturating), then pairs of those in s32.
+        summed = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id(pmaddubsw),
+                                         T.reinterpret(T.broadcast(word, lanes), dtype=bytes_),
+                                         B.vload([0, 0], dtype=weights), dtype=pairs)
+        return C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id(pmaddwd), summed, T.broadcast(T.int16(1), 2 * lanes), dtype=acc)
 
-    @T.prim_func(s_tir=True)
-    def avx512(
-        A: T.Buffer((4,), "uint8", offset_factor=1),
-        B: T.Buffer((lanes, 4), "int8", offset_factor=1),
-        C: T.Buffer((lanes,), "int32", offset_factor=1, scope="local"),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
-            T.writes(C[0:lanes])
-            word = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
-            # Pairs of u8 x s8 products summed in int16 (saturating), then pairs of those in s32.
-            summed = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(pmaddubsw),
-                T.reinterpret(T.broadcast(word, lanes), dtype=bytes_),
-                B.vload([0, 0], dtype=f"int8x{4 * lanes}"),
-                dtype=pairs,
-            )
-            C[T.ramp(T.int32(0), 1, lanes)] = C.vload([0], dtype=acc) + T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id(pmaddwd), summed, T.broadcast(T.int16(1), 2 * lanes), dtype=acc)
+    def widen(value):
+        return T.cast(value, "int32")
 
-    TensorIntrin.register(_dot_name(lanes, True), desc, vnni)
-    TensorIntrin.register(_dot_name(lanes, False), desc, avx512)
+    dtypes = ("uint8", "int8", "int32")
+    desc = _product(lanes, 4, dtypes, widen)
+    TensorIntrin.register(_dot_name(lanes, True), desc, _product(lanes, 4, dtypes, widen, vnni))
+    TensorIntrin.register(_dot_name(lanes, False), desc, _product(lanes, 4, dtypes, widen, avx512))
 
 
 # bf16 x bf16 -> fp32 pair dot products, `acc[i] += a[2i+1] * b[2i+1] + a[2i] * b[2i]` over 32-bit
@@ -142,40 +141,17 @@ def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
 
 def _register_bf16(name: str, lanes: int, native: bool) -> None:
     function, llvm_ir = _bf16_llvm(lanes, native)
-    acc, words = f"float32x{lanes}", f"int32x{lanes}"
+    acc = f"float32x{lanes}"
 
-    @T.prim_func(s_tir=True)
-    def desc(
-        A: T.Buffer((2,), "uint16", offset_factor=1),
-        B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
-        C: T.Buffer((lanes,), "float32", offset_factor=1, scope="local"),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
-            T.writes(C[0:lanes])
-            for i in T.serial(0, lanes):
-                for k in T.serial(0, 2):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[vk]), T.uint32(16))) \
-                            * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vi, vk]), T.uint32(16)))
+    def step(word, B, C):
+        return T.call_pure_extern(acc, function, C.vload([0], dtype=acc), T.broadcast(word, lanes),
+                                  T.reinterpret(B.vload([0, 0], dtype=f"uint16x{2 * lanes}"), dtype=f"int32x{lanes}"))
 
-    @T.prim_func(s_tir=True)
-    def impl(
-        A: T.Buffer((2,), "uint16", offset_factor=1),
-        B: T.Buffer((lanes, 2), "uint16", offset_factor=1),
-        C: T.Buffer((lanes,), "float32", offset_factor=1, scope="local"),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:lanes], A[0:2], B[0:lanes, 0:2])
-            T.writes(C[0:lanes])
-            with T.attr(0, "pragma_import_llvm", llvm_ir):
-                word = T.reinterpret(A.vload([0], "uint16x2"), dtype="int32")
-                C[T.ramp(T.int32(0), 1, lanes)] = T.call_pure_extern(
-                    acc, function, C.vload([0], dtype=acc), T.broadcast(word, lanes),
-                    T.reinterpret(B.vload([0, 0], dtype=f"uint16x{2 * lanes}"), dtype=words))
+    def widen(value):  # a bf16's bits are the upper half of its fp32's
+        return T.reinterpret("float32", T.shift_left(T.Cast("uint32", value), T.uint32(16)))
 
-    TensorIntrin.register(name, desc, impl)
+    dtypes = ("uint16", "uint16", "float32")
+    TensorIntrin.register(name, _product(lanes, 2, dtypes, widen), _product(lanes, 2, dtypes, widen, step, llvm_ir))
 
 
 # A max or min across the lanes of a vector, `c = max(c, a[0], ..., a[lanes - 1])`: its halves

@@ -9,16 +9,7 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import s_tir
 
-from .common import (
-    accumulate_in_registers,
-    accumulator_budget,
-    accumulator_tile,
-    divisor,
-    divisors,
-    inline_epilogue,
-    store_tile,
-    vectorize_innermost,
-)
+from . import common
 
 
 @dataclass(frozen=True)
@@ -30,27 +21,26 @@ class MatmulKnobs:
 
 def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> MatmulKnobs:
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    width = divisor(columns, [lanes >> s for s in range(lanes.bit_length())])
-    row_tile = divisor(rows, [4, 2])
-    return MatmulKnobs(width, row_tile, accumulator_tile(columns // width, row_tile, lanes))
+    width = common.divisor(columns, [lanes >> s for s in range(lanes.bit_length())])
+    row_tile = common.divisor(rows, [4, 2])
+    return MatmulKnobs(width, row_tile, common.accumulator_tile(columns // width, row_tile, lanes))
 
 
 def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[MatmulKnobs]:
     default = default_knobs(sch, block, lanes)
     *_, rows, columns, _ = (sch.get(loop).extent for loop in sch.get_loops(block))
-    vectors, budget = columns // default.column_vector, accumulator_budget(lanes, 28)
-    return [MatmulKnobs(default.column_vector, r, c) for r in divisors(rows, 16) for c in divisors(vectors, 5)
-            if r * c <= budget]
+    return [MatmulKnobs(default.column_vector, r, c)
+            for r, c in common.row_column_tiles(rows, columns // default.column_vector, lanes)]
 
 
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
-    epilogue = inline_epilogue(sch, block)
+    epilogue = common.inline_epilogue(sch, block)
     for padding in sch.get_producers(block):  # a symbolic column count's copy in whole vectors
         *outer_loops, _ = sch.get_loops(padding)
         if outer_loops:
             sch.parallel(sch.fuse(*outer_loops))
-        vectorize_innermost(sch, padding, lanes)
+        common.vectorize_innermost(sch, padding, lanes)
     *lead, rows, columns, reduction = sch.get_loops(block)
     rows_out, rows_in = sch.split(rows, [None, knobs.row_tile])
     columns_out, column_vectors, columns_in = sch.split(columns, [None, knobs.column_tile, knobs.column_vector])
@@ -60,9 +50,9 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
         # tile in registers, the epilogue storing only its part inside the output.
         sch.parallel(sch.fuse(*lead, rows_out))
         vector = columns_in if knobs.column_vector > 1 else None
-        write_back = accumulate_in_registers(sch, block, columns_out, [column_vectors, rows_in], vector, reduction,
-                                             lanes)
-        store_tile(sch, write_back, epilogue, columns_out, lanes)
+        write_back = common.accumulate_in_registers(sch, block, columns_out, [column_vectors, rows_in], vector,
+                                                    reduction, lanes)
+        common.store_tile(sch, write_back, epilogue, columns_out, lanes)
         return
     outer = sch.fuse(*lead, rows_out, columns_out)
     sch.parallel(outer)
@@ -73,11 +63,11 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
         sch.vectorize(columns_in)
     init = sch.decompose_reduction(block, reduction)
     if vector:
-        vectorize_innermost(sch, init, lanes)
+        common.vectorize_innermost(sch, init, lanes)
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, outer)
         if vector:
-            vectorize_innermost(sch, epilogue, lanes)
+            common.vectorize_innermost(sch, epilogue, lanes)
 
 
 def _crops(sch: s_tir.Schedule, block, epilogue) -> bool:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tvm_fuse import host_features
-from tvm_fuse.compare import onnxruntime_session
+from tvm_fuse.benchmarking.compare import onnxruntime_session
 
 # The target the product promises; tests that execute its code need an AVX-512 host.
 AVX512_TARGET = "llvm -mcpu=skylake-avx512 -num-cores=2"

@@ -163,7 +163,7 @@ def test_bench_int8_times_onnxruntime_in_int8_too(tmp_path, capsys):
 
 def test_dynamic_int8_needs_no_calibration_and_benches_onnxruntimes_dynamic_int8(tmp_path, capsys):
     """ONNX Runtime's side runs on any host; the int8 kernel count where ours run."""
-    from tvm_fuse.models.built import transformer_encoder
+    from tvm_fuse.benchmarking.models.built import transformer_encoder
 
     onnx.save(transformer_encoder(batch=1, seq_len=32, hidden=64, layers=1), tmp_path / "encoder.onnx")
     assert cli.main(["bench", str(tmp_path / "encoder.onnx"), "--int8", "--int8-activations", "dynamic",

@@ -10,8 +10,8 @@ from tvm import tirx
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
+from tvm_fuse.benchmarking.models import named_model
 from tvm_fuse.codegen import _kernel_modules, llvm_modules
-from tvm_fuse.models import named_model
 
 
 def test_each_kernel_goes_to_exactly_one_module():

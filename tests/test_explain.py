@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tvm_fuse import cli
-from tvm_fuse.models import named_model
+from tvm_fuse.benchmarking.models import named_model
 
 
 def _labels(report, key):

@@ -1,6 +1,6 @@
-"""Layers only look down: what reads ONNX, defines computes or holds the fusion table never
-imports the passes, quantization, tuning or the pipeline above it, and no pass imports the
-pipeline. Read from each module's import statements (function-level imports included)."""
+"""Layers only look down: each package or module of tvm_fuse imports only those of the layers
+below it, and the base (names, targets, errors, provenance) imports no layer. Read from each
+module's import statements (function-level imports included)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,45 @@ import pytest
 
 
 def _root(layer: str) -> Path:
-    """The folder of `tvm_fuse.<layer>` (schedules/ installs into the package from the top)."""
-    return Path(importlib.import_module(f"tvm_fuse.{layer}").__file__).parent
-# layer -> the packages (or modules) of tvm_fuse it must not import
-ABOVE = {
-    "frontend": {"transform", "quantization", "tuning", "pipeline", "api"},
-    "compute": {"transform", "quantization", "tuning", "pipeline", "api", "frontend"},
-    "patterns": {"transform", "quantization", "tuning", "pipeline", "api", "frontend"},
-    "schedules": {"transform", "quantization", "tuning", "pipeline", "api", "frontend"},
-    "transform": {"pipeline", "api"},
-}
+    """The folder of package `tvm_fuse.<layer>`, or the file of module `tvm_fuse.<layer>`
+    (schedules/ installs into the package from the top)."""
+    path = Path(importlib.import_module(f"tvm_fuse.{layer}").__file__)
+    return path.parent if path.name == "__init__.py" else path
+
+
+# Bottom to top; what is in no layer is the base, below them all.
+LAYERS = [
+    {"compute"},
+    {"frontend", "patterns", "schedules"},
+    {"feed"},
+    {"quantization", "tuning"},
+    {"transform"},
+    {"pipeline"},
+    {"calibrate"},
+    {"tuner"},
+    {"compiled_model"},
+    {"api"},
+    {"benchmarking"},
+    {"cli"},
+]
+BASE = ["amx", "ir_names", "errors", "provenance", "calibration_table", "target"]
+
+
+def _layer_of(name: str) -> int:
+    """The layer of `tvm_fuse.<name>`'s top-level package or module; -1 for the base."""
+    return next((i for i, layer in enumerate(LAYERS) if name in layer), -1)
+
+
+def _modules(layer: str) -> list[Path]:
+    root = _root(layer)
+    return sorted(root.rglob("*.py")) if root.is_dir() else [root]
 
 
 def _imported(path: Path, layer: str) -> set[str]:
     """The tvm_fuse modules `path` (a module of `tvm_fuse.<layer>`) imports, as dotted names
     under tvm_fuse."""
-    package = (layer, *path.relative_to(_root(layer)).parent.parts)
+    root = _root(layer)
+    package = (layer, *path.relative_to(root).parent.parts) if root.is_dir() else ()
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -42,13 +65,19 @@ def _imported(path: Path, layer: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("layer", ABOVE)
+@pytest.mark.parametrize("layer", sorted(set().union(*LAYERS)))
 def test_a_layer_imports_nothing_above_it(layer):
-    paths = sorted(_root(layer).rglob("*.py"))
+    paths = _modules(layer)
     assert paths
-    upward = [f"{layer}/{path.relative_to(_root(layer))} imports tvm_fuse.{module}"
-              for path in paths for module in _imported(path, layer) if module.split(".")[0] in ABOVE[layer]]
+    upward = [f"{path.name} imports tvm_fuse.{module}" for path in paths for module in _imported(path, layer)
+              if _layer_of(module.split(".")[0]) >= _layer_of(layer) and module.split(".")[0] != layer]
     assert not upward, "\n".join(upward)
+
+
+@pytest.mark.parametrize("module", BASE)
+def test_the_base_imports_no_layer(module):
+    upward = [name for name in _imported(_root(module), module) if _layer_of(name.split(".")[0]) >= 0]
+    assert not upward, upward
 
 
 def test_the_check_sees_relative_imports():

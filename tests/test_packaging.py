@@ -25,8 +25,8 @@ def test_wheel_maps_schedules_and_tuning_logs_into_the_package(tmp_path):
         assert shipped and shipped <= packaged, f"missing from the wheel: {sorted(shipped - packaged)}"
     modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tvm_fuse").rglob("*.py")}
     assert modules <= packaged, f"missing from the wheel: {sorted(modules - packaged)}"  # every subpackage listed
-    models = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tvm_fuse/models/fashion_mnist").glob("*.onnx")}
-    needed = models | {"tvm_fuse/datasets/fashion_mnist.py"}
+    models = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tvm_fuse/benchmarking/models/fashion_mnist").glob("*.onnx")}
+    needed = models | {"tvm_fuse/benchmarking/datasets/fashion_mnist.py"}
     assert models and needed <= packaged, f"missing from the wheel: {sorted(needed - packaged)}"
 
 

@@ -28,6 +28,7 @@ _os.environ.setdefault("TVM_NUM_THREADS", str(_host_cores()))
 from ._version import __version__  # noqa: E402
 from .api import build, load
 from .benchmark import Latency
+from .calibrate import quantize
 from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
 from .errors import (
@@ -40,7 +41,6 @@ from .errors import (
     UnsupportedOpsError,
 )
 from .frontend.importer import TensorInfo
-from .quantization.calibrate import quantize
 from .quantization.config import QuantConfig
 from .streams import Streams
 from .target import host_features, parse_target

@@ -12,18 +12,17 @@ import tvm
 from . import artifact, build_timings, cache
 from .amx import uses_tiles
 from .build_timings import phase
+from .calibrate import calibrated, checked_config
 from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
 from .errors import CompileError, TvmFuseError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
-from .frontend.importer import graph_functions, graph_inputs, relax_outputs
-from .frontend.support import check_lowered
+from .frontend.importer import graph_inputs, relax_outputs
+from .frontend.support import nodes_named_in
 from .patterns.switches import disabled_families
 from .pipeline import compile_lowered, lowered, optimize
-from .provenance import nodes_named_in
 from .quantization.config import QuantConfig
-from .quantization.realization import calibrated, checked_config
 from .target import isa_features, parse_target, target_string, vector_lanes, without_amx
 from .threads import set_num_threads
 from .transform.realize.bf16 import bf16_pass
@@ -163,8 +162,7 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         mod = optimize(mod, tvm_target, disabled, tuning, int8, bf16)
         report = fusion_report(mod, onnx_model, vector_lanes(tvm_target), disabled)
         report.tuned_kernels, report.default_kernels = count_tuned_kernels(mod)
-        mod = lowered(mod, tvm_target)
-        check_lowered(onnx_model, graph_functions(mod))
+        mod = lowered(mod, tvm_target, onnx_model)
         report.kernel_calls = count_kernel_calls(mod)
         amx = uses_tiles(mod)
         executable = compile_lowered(mod, tvm_target)

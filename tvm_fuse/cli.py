@@ -11,22 +11,23 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, build_timings, cache, models
+from . import api, build_timings, cache
 from .benchmark import random_feed
-from .compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
+from .benchmarking import models
+from .benchmarking.compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
+from .benchmarking.ort_quantize import ORT_DYNAMIC_INT8_SCHEME, ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
+from .calibrate import quantize
 from .errors import InputError, TvmFuseError
 from .explain import FusionReport
 from .frontend.load import load_model
-from .ort_quantize import ORT_DYNAMIC_INT8_SCHEME, ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from .patterns.table import FAMILIES
-from .quantization.calibrate import quantize
 from .quantization.config import ACTIVATIONS, METHODS, QuantConfig
 from .target import host_cores, target_string
 from .threads import set_spinning
 from .transform.lower_composites import WINOGRAD_SWITCH
 from .transform.realize.bf16 import PRECISIONS
+from .tuner.tune import tune
 from .tuning.database import ENV_LOGS
-from .tuning.tune import tune
 
 DEFAULT_MODEL = "resnet50"
 

@@ -27,7 +27,7 @@ from .patterns.table import ANCHORS, operands_fit
 from .transform.blocked_layout import plain_reason
 from .transform.realize.bf16 import BF16_ATTR
 from .transform.realize.int8 import INT8_ATTR
-from .transform.rebind import use_counts
+from .transform.relax_helpers import use_counts
 
 _ANCHOR_OPS = {"relax.nn.conv1d": "conv", "relax.nn.conv2d": "conv", "relax.matmul": "fc"}
 

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+import onnx
 import tvm
 from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .build_timings import phase
 from .codegen import executable, pass_context_like
+from .frontend.importer import graph_functions
+from .frontend.support import check_lowered, check_unlowered
 from .patterns.table import ATTENTION_FAMILY
 from .target import isa_features, vector_lanes
 from .transform.align_constant_ranks import AlignConstantRanks
@@ -188,10 +191,20 @@ def optimize(mod: tvm.IRModule, target: tvm.target.Target, disabled: Collection[
     return mod
 
 
-def lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
-    """`mod` after `legalize`: one call per kernel run."""
+def lowered(mod: tvm.IRModule, target: tvm.target.Target, model: onnx.ModelProto | None = None) -> tvm.IRModule:
+    """`mod` after `legalize`: one call per kernel run. With the ONNX `model` it was imported
+    from, an op TVM cannot legalize (shapes unknown at build time) refuses its nodes by name
+    (`frontend.support.check_lowered`, `check_unlowered`)."""
     with phase("legalize"):
-        return _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
+        try:
+            legal = _in_target("tvm_fuse.legalize", legalize(target), target)(mod)
+        except Exception:
+            if model is not None:
+                check_unlowered(model, graph_functions(mod))
+            raise
+    if model is not None:
+        check_lowered(model, graph_functions(legal))
+    return legal
 
 
 def compile_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.relax.VMExecutable:

@@ -25,14 +25,9 @@ def tag(node_index: int) -> str:
     return f"n{node_index}x"
 
 
-def nodes_named_in(text: str, model) -> list[str]:
-    """The ONNX nodes (`model`'s node names, first seen first) whose bindings `text` mentions,
-    e.g. an error that prints the Relax expression it failed on."""
-    from .frontend.branches import all_nodes  # the frontend imports this module
-
-    indices = dict.fromkeys(int(m.group(1)) for m in re.finditer(rf"\b{_TAG.pattern}\b", text))
-    nodes = all_nodes(model)
-    return [f"{nodes[i].name} ({nodes[i].op_type})" for i in indices if i < len(nodes)]
+def tagged_nodes(text: str) -> list[int]:
+    """The ONNX nodes whose bindings `text` mentions, first seen first."""
+    return list(dict.fromkeys(int(m.group(1)) for m in re.finditer(rf"\b{_TAG.pattern}\b", text)))
 
 
 def node_index(var) -> int | None:

@@ -13,7 +13,7 @@ from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.quantization.weights import pack_vnni
 from tvm_fuse.schedules import apply
 from tvm_fuse.schedules.common import anchor_block
-from tvm_fuse.schedules.conv_nchwc_int8 import default_knobs
+from tvm_fuse.schedules.conv_nchwc_dot import default_knobs
 
 TARGETS = {True: "cascadelake", False: "skylake-avx512"}
 

@@ -13,6 +13,7 @@ from hypothesis.extra.numpy import mutually_broadcastable_shapes
 from onnx import helper, numpy_helper
 
 SYMBOLIC = "n"  # the name axis 0 gets in a case built with symbolic dims
+STATIC, BATCH, ALL = "static", "batch", "all"  # which axes of a case's inputs are symbolic
 
 
 @dataclass
@@ -22,21 +23,30 @@ class Case:
     weights: dict[str, np.ndarray] = field(default_factory=dict)  # initializers
     opset: int = 17
     batch: bool = True  # axis 0 of the inputs is a batch, which may be symbolic
+    spatial: bool = True  # with a symbolic batch, the other axes may be symbolic too
 
-    def model(self, symbolic: bool = False) -> onnx.ModelProto:
-        """The case as a checked model; `symbolic`: axis 0 of every input of the largest rank
-        whose axis 0 has the first input's size (> 1) is the dim `SYMBOLIC` (a batch, so it
-        meets no other input's axis but its own, nor a weight's), compiled as dynamic."""
+    def model(self, symbolic: str = STATIC) -> onnx.ModelProto:
+        """The case as a checked model. `symbolic` `BATCH`: axis 0 of every input of the largest
+        rank whose axis 0 has the first input's size (> 1) is the dim `SYMBOLIC` (a batch, so it
+        meets no other input's axis but its own, nor a weight's), compiled as dynamic; `ALL`:
+        besides, every other axis of such an input whose size is above 1 and meets no weight's
+        axis of the same rank and size above 1 is a dim of its own, one name per axis and size
+        (so that inputs meeting on it share it)."""
         first = next(iter(self.inputs.values()))
         rank = max(a.ndim for a in self.inputs.values())
         meets_weight = any(w.ndim == rank and w.shape[0] > 1 for w in self.weights.values())
         batch = first.shape[0] if self.batch and first.ndim == rank and first.shape[0] > 1 and not meets_weight \
             else None
+        weighted = {axis for w in self.weights.values() if w.ndim == rank for axis in range(rank) if w.shape[axis] > 1}
 
         def dims(array):
             shape = list(array.shape)
-            if symbolic and batch is not None and array.ndim == rank and shape[0] == batch:
-                shape[0] = SYMBOLIC
+            if symbolic == STATIC or batch is None or array.ndim != rank or shape[0] != batch:
+                return shape
+            shape[0] = SYMBOLIC
+            if symbolic == ALL and self.spatial:
+                shape[1:] = [f"{SYMBOLIC}{axis}_{size}" if size > 1 and axis not in weighted else size
+                             for axis, size in enumerate(shape[1:], 1)]
             return shape
 
         produced = [out for node in self.nodes for out in node.output if out]
@@ -422,7 +432,7 @@ def slice_gather(draw) -> Case:
         # Not over a symbolic axis: a slice that is empty for some of its sizes fails at run time
         # (TVM types its length as a negative number there).
         return Case([_node("Slice", ["x", "starts", "ends", "axes", "steps"])], {"x": x}, weights, opset=13,
-                    batch=all(axis % len(shape) for axis in axes))
+                    batch=all(axis % len(shape) for axis in axes), spatial=False)
     axis = draw(st.integers(-len(shape), len(shape) - 1))
     size = shape[axis]
     indices = np.array(draw(st.lists(st.integers(-size, size - 1), min_size=1, max_size=5)), np.int64)

@@ -1,6 +1,7 @@
 """Every op family the frontend accepts, drawn at random over its attributes, opsets and
 broadcasting (`cases.FAMILIES`), built through the whole pipeline and compared with ONNX Runtime
-(where it approximates, with ONNX's reference evaluator): with static shapes and with axis 0 symbolic (compiled as dynamic), fusion on and off, and the
+(where it approximates, with ONNX's reference evaluator): with static shapes, with axis 0 symbolic
+(compiled as dynamic) and with every axis symbolic, fusion on and off, and the
 families with convs and products in bf16 too, where the host has AVX512-BF16. Each case matches
 within 1e-4 of each output's largest magnitude (bf16: 3e-2), or is refused: as unsupported, or by
 an import error that names the node; never a wrong answer, never another error.
@@ -21,7 +22,7 @@ from onnx.reference import ReferenceEvaluator
 
 import tvm_fuse
 from tests.conftest import ort_outputs
-from tests.differential.cases import FAMILIES, Case
+from tests.differential.cases import ALL, BATCH, FAMILIES, STATIC, Case
 from tvm_fuse import CompileError, UnsupportedOpsError, host_features
 
 EXAMPLES = int(os.environ.get("TVM_FUSE_DIFFERENTIAL_EXAMPLES", "6"))
@@ -44,7 +45,7 @@ def assert_matches(outputs: list[np.ndarray], expected: list[np.ndarray], rtol: 
                                    err_msg=f"output {index}")
 
 
-def check_case(case: Case, symbolic: bool, fusion: bool, precision: str = "fp32") -> None:
+def check_case(case: Case, symbolic: str, fusion: bool, precision: str = "fp32") -> None:
     """`case` built by tvm_fuse matches ONNX Runtime, or else ONNX's reference evaluator (ONNX
     Runtime approximates some functions: its sigmoid of -9.94 is 4e-4 off, ours and the
     evaluator's exact), or is refused."""
@@ -79,7 +80,7 @@ def check_case(case: Case, symbolic: bool, fusion: bool, precision: str = "fp32"
 def test_op_family_matches_onnxruntime(family):
     @settings(max_examples=EXAMPLES, deadline=None, derandomize="TVM_FUSE_DIFFERENTIAL_EXAMPLES" not in os.environ,
               database=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
-    @given(case=FAMILIES[family], symbolic=st.booleans(), fusion=st.booleans(),
+    @given(case=FAMILIES[family], symbolic=st.sampled_from([STATIC, BATCH, ALL]), fusion=st.booleans(),
            precision=st.sampled_from(PRECISIONS if family in BF16_FAMILIES else ["fp32"]))
     def check(case, symbolic, fusion, precision):
         check_case(case, symbolic, fusion, precision)

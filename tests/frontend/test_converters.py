@@ -142,3 +142,21 @@ def test_an_align_corners_resize_to_one_pixel_is_refused(shape, sizes):
     model, _ = _resize(shape, {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, sizes=sizes)
     with pytest.raises(UnsupportedOpsError, match="align_corners to an output of size 1"):
         tvm_fuse.build(model, "llvm")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resizes_of_symbolic_sizes_by_a_scale_match_onnxruntime(mode):
+    """An image of symbolic height and width scaled by 2 twice, the second Resize reading a
+    shape TVM no longer knows: both were taken for resizes to the same size, and the model
+    returned its input."""
+    scale = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode),
+             helper.make_node("Resize", ["y", "", "scales"], ["z"], mode=mode)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, "H", "W"])], [scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    compiled = tvm_fuse.build(model, "llvm")
+    for shape in ((1, 3, 4, 5), (1, 3, 2, 3)):
+        feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        (z,) = compiled.run(None, feed)
+        np.testing.assert_allclose(z, ort_outputs(model, feed)[0], rtol=1e-5, atol=1e-6)

@@ -11,11 +11,11 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fuse
 from tests.conftest import ort_outputs
 from tests.quantization.models import ort_qdq, residual_block
+from tvm_fuse.calibrate import int8_pass
 from tvm_fuse.frontend import relax_module
 from tvm_fuse.frontend.qdq import read_qdq
-from tvm_fuse.quantization.realization import int8_pass
 from tvm_fuse.target import parse_target
-from tvm_fuse.tuning.tasks import extract_tasks
+from tvm_fuse.tuner.tasks import extract_tasks
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 FEED = {"x": np.random.default_rng(2).standard_normal((1, 32, 16, 16)).astype(np.float32)}

@@ -57,3 +57,23 @@ def test_an_op_of_shapes_unknown_at_build_time_is_refused_naming_its_node(fusion
     with pytest.raises(UnsupportedOpsError, match="shape unknown at build time") as caught:
         tvm_fuse.build(model, "llvm -mcpu=skylake-avx512", disable_fusion=fusion)
     assert [(n.op_type, n.node_name) for n in caught.value.nodes] == [("Add", "broadcast_add")]
+
+
+@pytest.mark.parametrize("op, weight, shape", [
+    # The scale of a symbolic channel axis that the weights fix: TVM types the product [?, ?, ?]
+    # and its constant folding fails on it.
+    ("InstanceNormalization", [2], ["n", "c", 3]),
+    # A slope over a symbolic last axis: the multiply it becomes has a result TVM cannot type.
+    ("PRelu", [1, 1, 2], ["n", "a", 1, "b"]),
+])
+def test_an_op_whose_lowering_fails_on_unknown_shapes_is_refused_naming_its_node(op, weight, shape):
+    inputs = ["x", "w", "b"] if op == "InstanceNormalization" else ["x", "w"]
+    weights = [helper.make_tensor(name, TensorProto.FLOAT, weight, [0.5] * 2) for name in inputs[1:]]
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name="the_node")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    with pytest.raises(UnsupportedOpsError, match="shape unknown at build time") as caught:
+        tvm_fuse.build(model, "llvm -mcpu=skylake-avx512")
+    assert [(n.op_type, n.node_name) for n in caught.value.nodes] == [(op, "the_node")]

@@ -1,5 +1,5 @@
 """int8 accuracy on real data: the two CNNs trained on Fashion-MNIST that ship in the package
-(`tvm_fuse.models.fashion_mnist_model`, trained by `python bench/fashion_mnist.py train`) keep
+(`tvm_fuse.benchmarking.models.fashion_mnist_model`, trained by `python bench/fashion_mnist.py train`) keep
 their fp32 top-1 on the 10k test images within 0.5 points in int8, with each calibration method.
 
 As `bench/fashion_mnist.py`: the full 10k test set, calibrated on the first 500 training
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import tvm_fuse
-from tvm_fuse.compare import onnxruntime_session
-from tvm_fuse.datasets import fashion_mnist
-from tvm_fuse.models import FASHION_MNIST_MODELS, fashion_mnist_model
+from tvm_fuse.benchmarking.compare import onnxruntime_session
+from tvm_fuse.benchmarking.datasets import fashion_mnist
+from tvm_fuse.benchmarking.models import FASHION_MNIST_MODELS, fashion_mnist_model
 
 pytestmark = [
     pytest.mark.avx512, pytest.mark.vnni, pytest.mark.slow,

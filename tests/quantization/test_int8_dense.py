@@ -12,8 +12,8 @@ import pytest
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, ort_outputs
 from tvm_fuse import QuantConfig
+from tvm_fuse.benchmarking.models.built import transformer_encoder
 from tvm_fuse.errors import InputError
-from tvm_fuse.models.built import transformer_encoder
 
 DYNAMIC = QuantConfig(activations="dynamic")
 

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, ort_outputs
-from tvm_fuse.peak import innermost_loops
+from tvm_fuse.benchmarking.peak import innermost_loops
 
 
 def _model(kind: str):

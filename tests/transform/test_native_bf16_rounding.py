@@ -13,8 +13,8 @@ import tvm
 from tvm import s_tir, te
 
 import tvm_fuse
+from tvm_fuse.benchmarking.models.built import transformer_encoder
 from tvm_fuse.compute.bf16 import bits_of, to_bits
-from tvm_fuse.models.built import transformer_encoder
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.target import parse_target
 

@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 
-from tests.tuning.worker_jobs import append_records
+from tests.tuner.worker_jobs import append_records
 from tvm_fuse.tuning.records import Record, append, read
 
 

@@ -166,8 +166,9 @@ def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError
     return UnsupportedOpsError([UnsupportedNode(op, node_name(attrs), "", opset, reason)])
 
 
-def _static(dims) -> list[int | None]:
-    return [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in dims]
+def _static(dims, rank: int) -> list[int | None]:
+    """Each of `rank` dims, None where it is symbolic or the shape is unknown."""
+    return [None] * rank if dims is None else [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in dims]
 
 
 def resize(bb, inputs, attrs, opset):
@@ -176,23 +177,25 @@ def resize(bb, inputs, attrs, opset):
     they differ where an input size times its scale is not a whole number (a 2x3 image scaled by
     0.5 to 1x1), and with symbolic sizes unless every scale is whole. TVM divides by zero for an
     align_corners output of size 1."""
-    x, sizes = inputs[0], _static(inputs[0].ty.shape)
+    x = inputs[0]
     scales = inputs[2] if opset >= 11 and len(inputs) > 2 else inputs[1] if opset == 10 else None
     if isinstance(scales, GenericConst) and scales.value.numpy().size:
         factors = scales.value.numpy().tolist()
+        sizes = _static(x.ty.shape, len(factors))
         for axis, (size, factor) in enumerate(zip(sizes, factors)):
             exact = size * factor == int(size * factor) if size is not None else float(factor).is_integer()
             if not exact:
                 raise refuse("Resize", attrs, opset, f"scale {factor} of axis {axis} (size "
-                             f"{size or x.ty.shape[axis]}) gives a fractional size, where ONNX's "
+                             f"{size or (x.ty.shape[axis] if x.ty.shape is not None else 'unknown')}) gives a fractional size, where ONNX's "
                              "coordinates differ from TVM's")
         out = [None if size is None else int(size * factor) for size, factor in zip(sizes, factors)]
     elif opset >= 11 and len(inputs) > 3 and isinstance(inputs[3], GenericConst):
         out = [int(v) for v in inputs[3].value.numpy().tolist()]
+        sizes = _static(x.ty.shape, len(out))
     else:
         return None
     mode = text(attrs.get("coordinate_transformation_mode", b"half_pixel"))
-    if out == sizes and mode not in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
+    if None not in out and out == sizes and mode not in ("tf_half_pixel_for_nn", "tf_crop_and_resize"):
         return x  # every mapping is the identity at the same size
     if mode == "align_corners" and any(o == 1 for o in out[2:]):  # also 1 -> 1 beside an axis that changes
         raise refuse("Resize", attrs, opset, "align_corners to an output of size 1 (TVM divides by zero)")
@@ -200,7 +203,7 @@ def resize(bb, inputs, attrs, opset):
         rounding = text(attrs.get("nearest_mode", b"round_prefer_floor"))
         # ONNX Runtime copies an axis of unchanged size; TVM maps it to x + 0.5, which these round up.
         if mode == "tf_half_pixel_for_nn" and rounding in ("ceil", "round_prefer_ceil") \
-                and any(o == i for o, i in zip(out[2:], sizes[2:])):
+                and any(o is not None and o == i for o, i in zip(out[2:], sizes[2:])):
             raise refuse("Resize", attrs, opset, f"nearest {rounding} with {mode} on an axis whose size it keeps")
         axis = _tied_axis(mode, rounding, sizes[2:], out[2:])
         if axis is not None:

@@ -12,6 +12,14 @@ from ..errors import UnsupportedNode, UnsupportedOpsError
 from .branches import all_nodes
 from .converters import CONVERTERS
 
+
+def nodes_named_in(text: str, model) -> list[str]:
+    """The ONNX nodes (`model`'s node names, first seen first) whose bindings `text` mentions,
+    e.g. an error that prints the Relax expression it failed on."""
+    nodes = all_nodes(model)
+    return [f"{nodes[i].name} ({nodes[i].op_type})" for i in provenance.tagged_nodes(text) if i < len(nodes)]
+
+
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 # Handled by the importer itself, or by our converters rather than TVM's.
 _BUILTIN_OPS = frozenset({"Constant", "If", *CONVERTERS})
@@ -87,14 +95,50 @@ def check_lowered(model: onnx.ModelProto, graph: list[relax.Function]) -> None:
     graph functions of a legalized module). TVM legalizes an op only where the shapes of its
     arguments and result are known at build time; one it cannot (an Add of a symbolic [n] and a
     [1, 2]: [1, 2] or an error) the VM cannot run, and the node is refused, named."""
+    _refuse_ops(model, [b for b in _bindings(graph) if _legalizable(b.value)])
+
+
+def check_unlowered(model: onnx.ModelProto, graph: list[relax.Function]) -> None:
+    """For `graph` (the graph functions of a module whose lowering failed), raise
+    UnsupportedOpsError for every node of `model` whose op TVM does not legalize, tried one op at
+    a time: `check_lowered`'s ops, which a later pass of TVM's may fail on before it can run (a
+    Mul of a symbolic [n, c, 3] and a [2, 1], where the model's weights fix c), and ops whose
+    legalization fails (a PRelu's slope over a symbolic channel axis)."""
+    _refuse_ops(model, [b for b in _bindings(graph) if _legalizable(b.value) and not _legalizes(b.value)])
+
+
+def _legalizes(call: relax.Call) -> bool:
+    """Whether TVM legalizes `call` in a function of its own, its arguments but constants and
+    shapes parameters of their types."""
+    params = [relax.Var(f"arg{i}", arg.ty) for i, arg in enumerate(call.args)]
+    args = [arg if isinstance(arg, (tvm.ir.expr.Constant, relax.ShapeExpr)) else param
+            for arg, param in zip(call.args, params)]
+    builder = relax.BlockBuilder()
+    with builder.function("alone", [p for p, arg in zip(params, args) if p.same_as(arg)]):
+        builder.emit_func_output(builder.emit(relax.Call(call.op, args, call.attrs, call.ty_args)))
+    try:
+        legal = relax.transform.LegalizeOps()(builder.get())
+    except Exception:
+        return False
+    return not any(_legalizable(b.value) for b in _bindings([legal["alone"]]))
+
+
+def _bindings(graph: list[relax.Function]) -> list:
+    return [b for func in graph for block in func.body.blocks for b in block.bindings]
+
+
+def _legalizable(value) -> bool:
+    return isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
+        and value.op.get_attr("FLegalize") is not None
+
+
+def _refuse_ops(model: onnx.ModelProto, bindings: list) -> None:
+    """Raise UnsupportedOpsError for the ONNX nodes of `bindings`, ops whose shapes are not known
+    at build time."""
     opsets, nodes = _opsets(model), all_nodes(model)
     refused: dict[str, UnsupportedNode] = {}
-    bindings = [b for func in graph for block in func.body.blocks for b in block.bindings]
     for binding in bindings:
         call = binding.value
-        if not (isinstance(call, relax.Call) and isinstance(call.op, tvm.ir.Op)
-                and call.op.get_attr("FLegalize") is not None):
-            continue
         index = provenance.node_index(binding.var)
         indices = [index] if index is not None else provenance.span_nodes(call)
         shapes = " and ".join(str(arg.ty) for arg in call.args)

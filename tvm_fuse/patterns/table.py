@@ -166,6 +166,14 @@ def _annotate_calls(pattern: DFPattern, base: DFPattern, annotations: dict) -> N
     walk(pattern)
 
 
+def composite_of(mod: tvm.IRModule, value) -> relax.Function | None:
+    """The composite function `value` calls (a kernel of the fusion table), or None."""
+    if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
+        return None
+    func = mod[value.op]
+    return func if isinstance(func, relax.Function) and ANCHOR_ATTR in (func.attrs or {}) else None
+
+
 def composite_nodes(func: relax.Function) -> list[int]:
     """The ONNX nodes a composite function computes (its `NODES_ATTR`)."""
     return [int(i) for i in str(func.attrs[NODES_ATTR]).split(",") if i]

@@ -23,8 +23,7 @@ from tvm.ir.expr import GenericConst
 from .. import provenance
 from ..compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
 from ..ir_names import ANCHOR_ATTR
-from ..patterns.table import composite_nodes
-from ..transform.realize.composite import composite_of
+from ..patterns.table import composite_nodes, composite_of
 
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 _VALUE_PRESERVING = {"relax.layout_transform", "relax.strided_slice"}

@@ -19,5 +19,5 @@ TIR passes of the kernels' lowering (`pipeline.TIR_PIPELINE`): `PeelTileTails`, 
 TVM's lowering `StackLocalBuffers`, `NativeBf16Rounding`, `HoistLlvmImports`,
 `SerialSmallKernels`, `PrefetchNextStrip`.
 
-`rebind.py` holds the helpers the Relax passes share.
+`relax_helpers.py` holds the helpers the Relax passes share.
 """

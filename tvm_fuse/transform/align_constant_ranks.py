@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .rebind import rebind_pass
+from .relax_helpers import rebind_pass
 
 _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
 

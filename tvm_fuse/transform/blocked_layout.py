@@ -28,7 +28,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import mutate_functions
+from .relax_helpers import mutate_functions
 from .remove_noops import RemoveNoOps
 
 _KEEP = {"relax.nn.conv2d": ["NCHW", "OIHW"]}

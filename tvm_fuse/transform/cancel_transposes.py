@@ -15,7 +15,7 @@ import tvm
 from tvm import relax
 
 from ..compute.epilogue import ELEMENTWISE
-from .rebind import permutation, rebind_pass, scalar_operand, use_counts
+from .relax_helpers import permutation, rebind_pass, scalar_operand, use_counts
 
 
 def CancelTransposes() -> tvm.transform.Pass:

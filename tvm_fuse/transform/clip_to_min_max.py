@@ -12,7 +12,7 @@ import math
 import tvm
 from tvm import relax
 
-from .rebind import dtype, is_op, rebind_pass
+from .relax_helpers import dtype, is_op, rebind_pass
 
 
 def ClipToMinMax() -> tvm.transform.Pass:

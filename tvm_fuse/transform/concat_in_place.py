@@ -22,7 +22,7 @@ from tvm import relax, tirx
 from tvm.relax.op.memory import ensure_zero_offset, view
 
 from ..ir_names import CONCAT_AXIS_ATTR
-from .rebind import static_shape
+from .relax_helpers import static_shape
 
 # Bytes. A slice must start on TVM's allocation alignment: `vm.builtin.ensure_zero_offset`
 # copies a view at any other offset (the writes would miss the buffer), and kernels assume

@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .rebind import is_op, rebind_pass
+from .relax_helpers import is_op, rebind_pass
 
 MIN_FLOPS = 2e6  # below this, the direct kernel's one call beats three calls
 MIN_PRODUCT_REDUCTION = 64  # a strided or grouped conv's channels x taps per group from which a product wins

@@ -16,7 +16,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .rebind import rebind_pass
+from .relax_helpers import rebind_pass
 
 
 def ConvTransposeAsConv() -> tvm.transform.Pass:

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from .. import provenance
-from .rebind import dtype, is_op, rebind_pass, same_type, scalar_value
+from .relax_helpers import dtype, is_op, rebind_pass, same_type, scalar_value
 
 
 def CanonicalizeDense() -> tvm.transform.Pass:

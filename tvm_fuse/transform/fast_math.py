@@ -16,7 +16,7 @@ from tvm.relax import PyExprMutator, expr_functor
 
 from ..compute.fast_math import exp, sigmoid, silu
 from ..compute.powers import quarter_exponent_value, root_power
-from .rebind import same_type, scalar_value
+from .relax_helpers import same_type, scalar_value
 
 
 def quarter_exponent(exponent: relax.Expr) -> int | None:

@@ -30,7 +30,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .rebind import dtype, is_op, rebind_pass, use_counts
+from .relax_helpers import dtype, is_op, rebind_pass, use_counts
 
 # Convolutions that fold: op -> (data layout, kernel layout). The channel axis of the data is 1,
 # the output-channel axis of the kernel 0, for any groups (depthwise included).

@@ -22,7 +22,7 @@ from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import is_op, mutate_functions, rebind_pass, static_shape
+from .relax_helpers import is_op, mutate_functions, rebind_pass, static_shape
 
 _FOLDED = ("relax.layout_transform", "relax.reshape", "relax.permute_dims")
 _NUMPY_DTYPES = ("float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64")

@@ -17,7 +17,7 @@ from tvm import relax, tirx
 from tvm.sym import Analyzer
 
 from .. import provenance
-from .rebind import is_op, permutation, rebind_pass, static_shape, use_counts
+from .relax_helpers import is_op, permutation, rebind_pass, static_shape, use_counts
 
 MOVES = ("relax.permute_dims", "relax.reshape", "relax.layout_transform")
 

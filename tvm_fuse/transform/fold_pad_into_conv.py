@@ -10,7 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .rebind import is_op, rebind_pass
+from .relax_helpers import is_op, rebind_pass
 
 _CONVS = {"relax.nn.conv1d": ("NCW", 1), "relax.nn.conv2d": ("NCHW", 2)}
 

@@ -34,7 +34,7 @@ from ..compute.matmul import same_dim, static_value
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
 from ..target import isa_features
 from .realize.bf16 import BF16_ATTR
-from .rebind import is_op, mutate_functions, readers, scalar_value, use_counts
+from .relax_helpers import is_op, mutate_functions, readers, scalar_value, use_counts
 
 _HEADS_FIRST = (0, 2, 1, 3)  # [B, S, H, D] -> [B, H, S, D]
 _KEYS_AS_COLUMNS = (0, 2, 3, 1)  # [B, S, H, D] -> [B, H, D, S]

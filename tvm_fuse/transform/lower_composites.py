@@ -33,9 +33,8 @@ from ..compute.winograd_nchwc import (
     transform_weight,
 )
 from ..ir_names import ANCHOR_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
-from ..patterns.table import composite_nodes
-from .realize.composite import composite_of
-from .rebind import mutate_functions
+from ..patterns.table import composite_nodes, composite_of
+from .relax_helpers import mutate_functions
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax, topi
 
 from ..ir_names import CONCAT_AXIS_ATTR
-from .rebind import mutate_functions, static_shape
+from .relax_helpers import mutate_functions, static_shape
 
 
 @relax.expr_functor.mutator

@@ -10,7 +10,7 @@ from tvm import relax
 
 from ..compute.matmul import matmul
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
-from .rebind import mutate_functions
+from .relax_helpers import mutate_functions
 
 
 @relax.expr_functor.mutator

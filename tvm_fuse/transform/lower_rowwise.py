@@ -18,7 +18,7 @@ from tvm.ir.expr import GenericConst
 from .. import provenance
 from ..compute.rowwise import layer_norm_rows, softmax_rows
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
-from .rebind import is_op, mutate_functions, scalar_value, use_counts
+from .relax_helpers import is_op, mutate_functions, scalar_value, use_counts
 
 
 @relax.expr_functor.mutator

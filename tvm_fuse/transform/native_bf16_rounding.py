@@ -18,7 +18,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..target import isa_features
-from .rebind import is_op
+from .relax_helpers import is_op
 
 LANES = 16
 _FUNCTION = f"tvm_fuse_cvtneps2bf16_{LANES}"

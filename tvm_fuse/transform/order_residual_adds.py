@@ -11,7 +11,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .rebind import is_op, rebind_pass, use_counts
+from .relax_helpers import is_op, rebind_pass, use_counts
 
 
 def OrderResidualAdds() -> tvm.transform.Pass:

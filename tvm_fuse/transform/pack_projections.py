@@ -23,7 +23,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import provenance
-from .rebind import is_op, mutate_functions, readers
+from .relax_helpers import is_op, mutate_functions, readers
 
 
 def PackProjections() -> tvm.transform.Pass:

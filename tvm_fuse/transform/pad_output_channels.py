@@ -25,7 +25,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import is_op, mutate_functions, readers, use_counts
+from .relax_helpers import is_op, mutate_functions, readers, use_counts
 
 # Pad only when the padding is at most this share of the channels; channels that only blocks
 # of a quarter of the width or less divide (vectors of 4, 2 or 1) may take more.

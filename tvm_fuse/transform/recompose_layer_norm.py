@@ -17,7 +17,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from .. import provenance
-from .rebind import is_op, rebind_pass, scalar_value
+from .relax_helpers import is_op, rebind_pass, scalar_value
 
 
 def RecomposeLayerNorm() -> tvm.transform.Pass:

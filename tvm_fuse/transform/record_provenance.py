@@ -9,7 +9,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .. import provenance
-from .rebind import mutate_functions
+from .relax_helpers import mutate_functions
 
 
 @mutator

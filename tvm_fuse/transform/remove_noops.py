@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .rebind import mutate_functions, same_type
+from .relax_helpers import mutate_functions, same_type
 
 # Ops that only re-view their input's elements in row-major order: a chain of them that gets back
 # to an earlier shape returns that tensor (reshape to the same shape, expand_dims then squeeze).

@@ -13,7 +13,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..compute.epilogue import ELEMENTWISE
-from .rebind import is_op, rebind_pass, scalar_operand, use_counts
+from .relax_helpers import is_op, rebind_pass, scalar_operand, use_counts
 
 
 def SinkLayoutTransforms() -> tvm.transform.Pass:

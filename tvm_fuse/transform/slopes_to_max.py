@@ -14,7 +14,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .rebind import dtype, is_op, rebind_pass
+from .relax_helpers import dtype, is_op, rebind_pass
 
 
 def SlopesToMax() -> tvm.transform.Pass:

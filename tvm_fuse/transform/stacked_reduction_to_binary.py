@@ -21,7 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .rebind import is_op, rebind_pass
+from .relax_helpers import is_op, rebind_pass
 
 # The reduction over the stacked axis -> the binary op that chains its terms.
 _CHAINS = {

@@ -15,12 +15,12 @@ from tvm import te
 import tvm_fuse
 from tests.conftest import dense_model, ort_outputs
 from tvm_fuse import QuantConfig
+from tvm_fuse.benchmarking.models.built import transformer_encoder
 from tvm_fuse.compute.bf16 import bits_of, pack_dense_pairs, value_of
 from tvm_fuse.compute.dense_bf16 import dense_packed_bf16
 from tvm_fuse.compute.dense_int8 import dense_int8_groups, pack_dense_quads, row_groups
 from tvm_fuse.compute.matmul import pack_dense_weight
 from tvm_fuse.ir_names import DENSE_AMX_RULE, KNOBS_ATTR, SCHEDULE_RULE
-from tvm_fuse.models.built import transformer_encoder
 from tvm_fuse.pipeline import TIR_PIPELINE
 from tvm_fuse.schedules import apply, knob_space
 from tvm_fuse.schedules.amx.machine import Tiles, emulated_tiles

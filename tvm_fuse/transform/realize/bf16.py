@@ -60,6 +60,7 @@ from ...compute.winograd_nchwc_bf16 import (
 )
 from ...errors import InputError
 from ...ir_names import PATTERN_ATTR
+from ...patterns.table import composite_of
 from ...target import isa_features, target_string, vector_lanes
 from ..lower_composites import (
     anchor_compute,
@@ -68,8 +69,8 @@ from ..lower_composites import (
     winograd_enabled,
     winograd_tile,
 )
-from ..rebind import blocked_from_nchw, is_op, mutate_functions, read_only_by, readers, same_type
-from .composite import TileLayout, anchor_of, composite_of, conv_tile_layout, largest_set
+from ..relax_helpers import blocked_from_nchw, is_op, mutate_functions, read_only_by, readers, same_type
+from .composite import TileLayout, anchor_of, conv_tile_layout, largest_set
 
 BF16_ATTR = "tvm_fuse.bf16"  # kernel attribute: its products run in bf16
 

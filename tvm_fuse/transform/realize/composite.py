@@ -9,20 +9,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from ...amx import amx_conv_layout
 from ...compute.conv import fold_weight_taps, is_depthwise, merge_input_blocks
-from ...ir_names import ANCHOR_ATTR
-
-
-def composite_of(mod: tvm.IRModule, value) -> relax.Function | None:
-    """The composite function `value` calls (a kernel of the fusion table), or None."""
-    if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
-        return None
-    func = mod[value.op]
-    return func if isinstance(func, relax.Function) and ANCHOR_ATTR in (func.attrs or {}) else None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from ...compute.dense_int8 import (
 from ...compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ...frontend import ImportedModel
 from ...ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
+from ...patterns.table import composite_of
 from ...quantization.config import QuantConfig
 from ...quantization.points import (
     MAX_WEIGHT_BOUND_ROWS,
@@ -61,8 +62,8 @@ from ...quantization.points import (
 from ...quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
 from ...target import isa_features, vector_lanes
 from ..lower_composites import anchor_compute, composite_compute, kernel_call
-from ..rebind import blocked_from_nchw, mutate_functions, read_only_by, readers
-from .composite import TileLayout, anchor_of, composite_of, conv_tile_layout, largest_set
+from ..relax_helpers import blocked_from_nchw, mutate_functions, read_only_by, readers
+from .composite import TileLayout, anchor_of, conv_tile_layout, largest_set
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
 _U8_POOLS = {"relax.nn.max_pool2d"}
