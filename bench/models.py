@@ -7,7 +7,7 @@ latency, ratios, GFLOP/s and percent of the machine's measured FMA peak. See doc
                            [--bf16 [--agreement-samples 100]]
 
 Prints its tables (`bench/tables.py`) and writes OUT/models.json (every number, the machine and
-the peak; models_int8.json with --int8, models_bf16.json with --bf16), from which
+the peak; models_int8.json with --int8), from which
 `bench/report.py` writes docs/benchmarks.md, and a plot beside it (the ratio ONNX Runtime /
 tvm_fuse per model and batch, in fp32).
 
@@ -382,7 +382,7 @@ def main() -> None:
         "geomean_ratio_real_batch1": geomeans["real models"][0],
         "geomean_ratio_openvino_real_batch1": geomeans["real models"][1],
     }
-    name = "models_int8" if args.int8 else "models_bf16" if args.bf16 else "models"
+    name = "models_int8" if args.int8 else "models"
     path = tables.save(args.out, name, rows, "python bench/models.py " + " ".join(sys.argv[1:]), **report)
     plot(rows, args.batches, path.with_suffix(".png"))
     print(f"wrote {path} and its plot")

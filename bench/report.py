@@ -21,7 +21,7 @@ SECTIONS = [
     ("models", "Latency, fp32", tables.LATENCY, None,
      "Each model at batch 1 (and 8), built by `tvm_fuse.build` for the host, beside ONNX Runtime and "
      "OpenVINO (f32, latency hint) on the same random inputs, the runtimes taking turns in blocks of runs."),
-    ("models_bf16", "bf16", tables.BF16, "ours_bf16_ms",
+    ("models", "bf16", tables.BF16, "ours_bf16_ms",
      "Our `precision=\"bf16\"` build beside OpenVINO's bf16 inference precision hint, in the fp32 run."),
     ("models_int8", "int8", tables.INT8, "tvm_fuse_int8_ms",
      "Our int8 build (calibrated on random feeds) beside ONNX Runtime's QDQ model and OpenVINO after NNCF."),
@@ -64,6 +64,23 @@ def _geomeans(result: dict) -> str:
     return " ".join(lines)
 
 
+# By section: (label, numerator, denominator) of the geomeans over the rows at batch 1.
+RATIO_GEOMEANS = {
+    "bf16": [("OpenVINO bf16 / ours bf16", "openvino_bf16_ms", "ours_bf16_ms"),
+             ("ours fp32 / ours bf16", "tvm_fuse_ms", "ours_bf16_ms")],
+    "int8": [("ORT int8 / ours int8", "onnxruntime_int8_ms", "tvm_fuse_int8_ms"),
+             ("OpenVINO int8 / ours int8", "openvino_int8_ms", "tvm_fuse_int8_ms"),
+             ("ours fp32 / ours int8", "tvm_fuse_ms", "tvm_fuse_int8_ms")],
+}
+
+
+def _ratio_geomeans(rows: list[dict], ratios) -> str:
+    means = [(label, tables.geomean(r[a] / r[b] for r in rows if r.get("batch") == 1 and r.get(a) and r.get(b)))
+             for label, a, b in ratios]
+    found = "; ".join(f"{label} {mean:.2f}" for label, mean in means if mean)
+    return f"Geomeans over these models at batch 1: {found}." if found else ""
+
+
 def page(folder: Path) -> str:
     parts = [INTRO]
     for name, heading, table, marker, about in SECTIONS:
@@ -71,7 +88,8 @@ def page(folder: Path) -> str:
         rows = [r for r in (result or {}).get("rows", []) if marker is None or marker in r]
         if not rows:
             continue
-        summary = result.get("summary") or (_geomeans(result) if table is tables.LATENCY else "")
+        summary = result.get("summary") or (_geomeans(result) if table is tables.LATENCY else "") \
+            or _ratio_geomeans(rows, RATIO_GEOMEANS.get(heading, ()))
         parts.append(f"## {heading}\n\n{about}\n\nMeasured on {tables.host(result['machine'])}, "
                      f"{result['date'][:10]}: `{result['command']}`\n\n{tables.markdown(rows, table)}"
                      + (f"\n\n{summary}" if summary else "") + "\n")
@@ -79,23 +97,36 @@ def page(folder: Path) -> str:
 
 
 def headline(folder: Path) -> str:
-    """The README's lines: ResNet-50 in each precision beside the others, and the geomeans."""
-    lines = []
-    for name, ours, others in (("models", "tvm_fuse_ms", ("onnxruntime_ms", "openvino_ms")),
-                               ("models_bf16", "ours_bf16_ms", ("openvino_bf16_ms",)),
-                               ("models_int8", "tvm_fuse_int8_ms", ("onnxruntime_int8_ms", "openvino_int8_ms"))):
+    """The README's lines: ResNet-50 in each precision beside the others, the geomeans, its
+    throughput and build time, and the machine that measured them."""
+    lines, hosts = [], {}
+    for precision, name, ours, others in (
+            ("fp32", "models", "tvm_fuse_ms", ("onnxruntime_ms", "openvino_ms")),
+            ("bf16", "models", "ours_bf16_ms", ("openvino_bf16_ms",)),
+            ("int8", "models_int8", "tvm_fuse_int8_ms", ("onnxruntime_int8_ms", "openvino_int8_ms"))):
         result = _load(folder, name)
         row = next((r for r in (result or {}).get("rows", []) if r["model"] == "resnet50" and r["batch"] == 1
                     and ours in r), None)
         if row:
+            hosts[tables.host(result["machine"])] = result["date"][:10]
             ratios = ", ".join(f"{'ONNX Runtime' if o.startswith('onnx') else 'OpenVINO'} / ours "
                                f"{row[o] / row[ours]:.2f}" for o in others if row.get(o))
-            precision = name.partition("_")[2] or "fp32"
-            lines.append(f"- ResNet-50 {precision}, batch 1: {row[ours]:.2f} ms; {ratios} "
-                         f"({tables.host(result['machine'])}, {result['date'][:10]})")
+            lines.append(f"- ResNet-50 {precision}, batch 1: {row[ours]:.2f} ms; {ratios}")
     result = _load(folder, "models")
     if result and _geomeans(result):
         lines.append(f"- {_geomeans(result)}")
+    result = _load(folder, "throughput")
+    for row in (result or {}).get("rows", []):
+        if row["model"] == "resnet50" and row.get("vs_openvino"):
+            hosts[tables.host(result["machine"])] = result["date"][:10]
+            lines.append(f"- ResNet-50 {row['precision']} served on every core: {row['tvm_fuse_per_s']:.0f} images/s, "
+                         f"{row['vs_openvino']:.2f}x OpenVINO's THROUGHPUT hint")
+    result = _load(folder, "build_times")
+    row = next((r for r in (result or {}).get("rows", []) if r["model"] == "resnet50"), None)
+    if row:
+        hosts[tables.host(result["machine"])] = result["date"][:10]
+        lines.append(f"- ResNet-50 builds in {row['fp32']:.1f} s (fp32), a cache hit loads in {row['cache hit']:.2f} s")
+    lines += [f"\nMeasured on {host}, {date}." for host, date in hosts.items()]
     return "\n".join(lines)
 
 

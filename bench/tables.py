@@ -97,7 +97,8 @@ LATENCY = Table([
     key("tvm_fuse_pct_peak", "ours % peak", "{:.1f}"), key("onnxruntime_pct_peak", "ORT % peak", "{:.1f}"),
     key("compile_s", "build s", "{:.1f}"), key("max_rel_diff", "max rel diff", "{:.1e}"),
 ], "Medians of the timed runs, every runtime taking turns; ratios above 1: tvm_fuse is faster. "
-   "% peak: of the machine's measured fp32 FMA peak. max rel diff: the largest output difference from ONNX "
+   "% peak: the model's FLOPs (as direct convolutions: Winograd does fewer, so above 100% can be) over the "
+   "machine's measured fp32 FMA peak. max rel diff: the largest output difference from ONNX "
    "Runtime, relative to the output's largest magnitude.")
 
 BF16 = Table([
