@@ -9,7 +9,7 @@ from tvm_fuse.target import target_string
 
 
 def test_a_compile_error_starts_with_its_cause_and_names_the_node(monkeypatch):
-    def fail(mod, target):  # as TVM reports a pass that chokes on a binding: by its variable
+    def fail(mod, target, model=None):  # as TVM reports a pass that chokes on a binding: by its variable
         raise RuntimeError("cannot lower the call that binds n1x")
 
     monkeypatch.setattr("tvm_fuse.api.lowered", fail)
