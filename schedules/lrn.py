@@ -20,6 +20,7 @@ class LrnKnobs:
 
 
 def _pixels(sch: s_tir.Schedule, block) -> int:
+    """A channel's pixels; 0 where the image's size is symbolic."""
     return math.prod(static_extent(sch.get(loop).extent) for loop in sch.get_loops(block)[2:])
 
 
@@ -35,10 +36,12 @@ def knob_space(sch: s_tir.Schedule, block, lanes: int) -> list[LrnKnobs]:
 def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: LrnKnobs | None = None) -> None:
     knobs = knobs or default_knobs(sch, block, lanes)
     pixels = _pixels(sch, block)
-    if knobs.vector > pixels:
-        raise ValueError(f"a vector of {knobs.vector} pixels, in a channel of {pixels}")
     n, c, *spatial = sch.get_loops(block)
     sch.parallel(sch.fuse(n, c))
+    if not pixels:  # a symbolic image size: its pixels one at a time
+        return
+    if knobs.vector > pixels:
+        raise ValueError(f"a vector of {knobs.vector} pixels, in a channel of {pixels}")
     flat = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
     remainder = pixels % knobs.vector
     if remainder:

@@ -160,3 +160,17 @@ def test_resizes_of_symbolic_sizes_by_a_scale_match_onnxruntime(mode):
         feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
         (z,) = compiled.run(None, feed)
         np.testing.assert_allclose(z, ort_outputs(model, feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_an_lrn_on_an_image_of_symbolic_size_matches_onnxruntime():
+    """Its kernel took a channel's pixels one vector at a time, which a symbolic count has no
+    static number of: the build failed naming no node (found by the differential net)."""
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["y"], size=3, alpha=1e-2, beta=0.75, bias=1.0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 1, "h", "w"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    compiled = tvm_fuse.build(model, "llvm")
+    for shape in ((2, 1, 2, 3), (1, 1, 5, 7)):
+        feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(compiled.run(None, feed)[0], ort_outputs(model, feed)[0], rtol=1e-5, atol=1e-6)
