@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from onnx import TensorProto, helper
 from tvm import relax
 
 import tvm_fuse
@@ -226,3 +227,19 @@ def test_a_layout_rule_that_fails_leaves_the_model_in_nchw_with_a_warning(monkey
     with pytest.warns(UserWarning, match=r"runs in NCHW: converting it to NCHW16c failed \(Invalid layout axis 16b\)"):
         after = BlockedLayout(16)(mod)
     tvm.ir.assert_structural_equal(after, mod)
+
+
+def test_a_channel_concat_of_symbolic_channel_counts_stays_in_nchw_and_matches_onnxruntime():
+    """Which block the inputs share cannot be read from a symbolic channel count: the pass
+    failed on it (found by the differential net with every axis symbolic)."""
+    graph = helper.make_graph(
+        [helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", "c", "h", "w"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", "d", "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "e", "h", "w"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(0)
+    feed = {"a": rng.standard_normal((2, 3, 2, 2)).astype(np.float32),
+            "b": rng.standard_normal((2, 16, 2, 2)).astype(np.float32)}
+    (y,) = tvm_fuse.build(model, "llvm -mcpu=skylake-avx512").run(None, feed)
+    np.testing.assert_array_equal(y, ort_outputs(model, feed)[0])

@@ -134,8 +134,10 @@ def _border_args(call: relax.Call, block: int) -> list[int]:
         if name == "relax.stack":  # its rule names the new axis "S", which later rules reject
             return [0]
         if _channel_axis(call.attrs.axis):  # every input must be blocked as the result is
-            blocks = {_widest_block(s[1], block) for s in fields if s[1]} | {_widest_block(out[1], block)}
-            if len(blocks) > 1:
+            channels = [s[1] for s in fields] + [out[1] if out else None]
+            if None in channels:  # a symbolic channel count: no block to agree on
+                return [0]
+            if len({_widest_block(c, block) for c in channels}) > 1:
                 return [0]
     elif name in _REDUCTIONS:
         data, axes = _shape(call.args[0]), call.attrs.axis
