@@ -45,8 +45,9 @@ def quantize(model, calibration, target=None, *, method: str = "entropy", exclud
         method, exclude, percentile, max_samples: see `QuantConfig`.
 
     Raises:
-        InputError for calibration data of the wrong names, shapes or dtypes, or whose values
-        make a tensor inf or NaN (named).
+        InputError for calibration data of the wrong names, shapes or dtypes, whose values
+        make a tensor inf or NaN (named), or that take an If's branch the model cannot run at
+        the shapes it was built for (named).
     """
     config = QuantConfig(calibration, method, exclude=tuple(exclude), percentile=percentile, max_samples=max_samples)
     return calibrate(model, config, target, input_shapes)
@@ -71,7 +72,10 @@ def calibrate(model, config: QuantConfig, target=None, input_shapes=None) -> Cal
     samples = 0
     for samples, feed in enumerate(calibration_feeds(config.calibration, graph_inputs(onnx_model),
                                                      config.max_samples), 1):
-        _, *values = machine["main"](*[tvm.runtime.tensor(a) for a in feed.values()])
+        try:
+            _, *values = machine["main"](*[tvm.runtime.tensor(a) for a in feed.values()])
+        except AssertionError as error:  # a run-time check: an If's branch not built for these shapes
+            raise InputError(f"calibration feed {samples}: {error}") from None
         for name, value in zip(exposed, values):
             try:
                 statistics[name].add(value.numpy())

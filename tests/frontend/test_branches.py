@@ -77,3 +77,6 @@ def test_a_branch_that_cannot_be_built_for_the_shapes_fails_when_taken():
         compiled.run(None, {"x": x, "cond": np.array(False)})
     reasons = {u["onnx_node"]: u["reason"] for u in compiled.fusion_report()["unfused"]}
     assert "node 'does_not_fit'" in reasons["does_not_fit"]
+    # Calibration feeds that take it are the user's input at fault, named so.
+    with pytest.raises(tvm_fuse.InputError, match="calibration feed 2: .*else of If 'pick' cannot run"):
+        tvm_fuse.quantize(model, [feed, {"x": x, "cond": np.array(False)}])
