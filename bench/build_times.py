@@ -101,9 +101,10 @@ def main() -> None:
         print({k: (round(v, 2) if isinstance(v, float) else v) for k, v in rows[-1].items() if k != "phases"}, flush=True)
         if args.phases:
             print(build_timings.table(rows[-1]["phases"]))
-    print(tables.markdown(rows, tables.BUILD_TIMES) + "\n\n" + summary(rows))
+    text = summary(rows)
+    print(tables.markdown(rows, tables.BUILD_TIMES) + "\n\n" + text)
     tables.save(args.out, "build_times", [{k: v for k, v in r.items() if k != "phases"} for r in rows],
-                "python bench/build_times.py " + " ".join(sys.argv[1:]), summary=summary(rows))
+                "python bench/build_times.py " + " ".join(sys.argv[1:]), summary=text)
 
 
 if __name__ == "__main__":

@@ -152,9 +152,9 @@ def main(argv=None) -> int:
         row = _in_child(name, args)
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
         rows.append(row)
-    print(tables.markdown(rows, tables.CORPUS) + "\n\n" + summary(rows))
-    tables.save(args.out, "corpus", rows, "python bench/corpus.py " + " ".join(argv or sys.argv[1:]),
-                summary=summary(rows))
+    text = summary(rows)
+    print(tables.markdown(rows, tables.CORPUS) + "\n\n" + text)
+    tables.save(args.out, "corpus", rows, "python bench/corpus.py " + " ".join(argv or sys.argv[1:]), summary=text)
     return 1 if any(r["status"] in ("WRONG", "crashed") for r in rows) else 0
 
 

@@ -1,6 +1,7 @@
 """Whether a change left every benchmark model's outputs bit-identical: builds each model in
-fp32, bf16 and int8 (calibrated on seeded random feeds) for each target, runs one seeded feed,
-and saves the outputs, or compares them bit for bit with outputs saved before the change.
+fp32, bf16 and int8 (calibrated on seeded random feeds, a real model on its own feed) for each
+target, runs one feed (seeded, or the real model's), and saves the outputs, or compares them
+bit for bit with outputs saved before the change.
 
     python bench/identical.py --save before.npz      # on the old commit
     python bench/identical.py --against before.npz   # on the new one: exit status 1 on any difference

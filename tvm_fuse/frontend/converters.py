@@ -185,9 +185,9 @@ def resize(bb, inputs, attrs, opset):
         for axis, (size, factor) in enumerate(zip(sizes, factors)):
             exact = size * factor == int(size * factor) if size is not None else float(factor).is_integer()
             if not exact:
-                raise refuse("Resize", attrs, opset, f"scale {factor} of axis {axis} (size "
-                             f"{size or (x.ty.shape[axis] if x.ty.shape is not None else 'unknown')}) gives a fractional size, where ONNX's "
-                             "coordinates differ from TVM's")
+                shown = size if size is not None else "unknown" if x.ty.shape is None else x.ty.shape[axis]
+                raise refuse("Resize", attrs, opset, f"scale {factor} of axis {axis} (size {shown}) gives a "
+                             "fractional size, where ONNX's coordinates differ from TVM's")
         out = [None if size is None else int(size * factor) for size, factor in zip(sizes, factors)]
     elif opset >= 11 and len(inputs) > 3 and isinstance(inputs[3], GenericConst):
         out = [int(v) for v in inputs[3].value.numpy().tolist()]

@@ -135,9 +135,8 @@ def _border_args(call: relax.Call, block: int) -> list[int]:
             return [0]
         if _channel_axis(call.attrs.axis):  # every input must be blocked as the result is
             channels = [s[1] for s in fields] + [out[1] if out else None]
-            if None in channels:  # a symbolic channel count: no block to agree on
-                return [0]
-            if len({_widest_block(c, block) for c in channels}) > 1:
+            # a symbolic channel count has no block to agree on
+            if None in channels or len({_widest_block(c, block) for c in channels}) > 1:
                 return [0]
     elif name in _REDUCTIONS:
         data, axes = _shape(call.args[0]), call.attrs.axis
