@@ -60,8 +60,9 @@ def main() -> None:
     model = tvm_fuse.build(source, "native")
     set_num_threads(args.threads)
     feed = {"x": np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)}
-    machine_main = model._machine()["main"]
-    x = model._device_inputs([feed["x"]])
+    machine, weights = model._machine()
+    machine_main = machine["main"]
+    x = [*model._device_inputs([feed["x"]]), *weights]
     calls = {"tvm_fuse run()": lambda: model.run(None, feed),
              "tvm_fuse VM call alone": lambda: machine_main(*x),
              "ONNX Runtime run()": (lambda session: lambda: session.run(None, feed))(

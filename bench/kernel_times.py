@@ -32,8 +32,8 @@ from models import CALIBRATION_SEED, model_and_feed
 def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = None,
                  warmup: int = 5) -> dict[str, list[float]]:
     """Kernel name -> the median milliseconds of each of its calls in a run on `feed` (None: random)."""
-    machine = model._machine()
-    args = [tvm.runtime.tensor(v) for v in (feed or random_feed(model.get_inputs())).values()]
+    machine, weights = model._machine()
+    args = [tvm.runtime.tensor(v) for v in (feed or random_feed(model.get_inputs())).values()] + list(weights)
     for _ in range(warmup):
         machine["main"](*args)
     started: dict[str, float] = {}

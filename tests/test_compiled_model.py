@@ -185,7 +185,7 @@ def test_benchmark_reports_percentiles(dynamic):
 
 def test_export_and_load_without_the_onnx_file(dynamic, tmp_path):
     path = dynamic.export(tmp_path / "tiny.so")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json", "tiny.so"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json", "tiny.so", "tiny.weights"]
     loaded = tvm_fuse.load(path)
     assert loaded.get_inputs() == dynamic.get_inputs()
     assert loaded.get_outputs() == dynamic.get_outputs()
@@ -228,6 +228,19 @@ def test_load_refuses_mismatched_or_missing_metadata(dynamic, tmp_path):
         tvm_fuse.load(path)
     with pytest.raises(ExportError, match="no exported model"):
         tvm_fuse.load(tmp_path / "other.so")
+
+
+def test_load_refuses_weights_from_another_export_or_none(dynamic, tmp_path):
+    path = dynamic.export(tmp_path / "model.so")
+    weights = tmp_path / "model.weights"
+    data = bytearray(weights.read_bytes())
+    data[0] ^= 1
+    weights.write_bytes(data)
+    with pytest.raises(ExportError, match="model.weights does not match its metadata"):
+        tvm_fuse.load(path)
+    weights.unlink()
+    with pytest.raises(ExportError, match="no file .*model.weights"):
+        tvm_fuse.load(path)
 
 
 def test_export_to_a_missing_directory_fails_cleanly(dynamic, tmp_path):

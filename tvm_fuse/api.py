@@ -21,7 +21,7 @@ from .frontend import relax_module
 from .frontend.importer import graph_inputs, relax_outputs
 from .frontend.support import nodes_named_in
 from .patterns.switches import disabled_families
-from .pipeline import compile_lowered, lowered, optimize
+from .pipeline import compile_weights_apart, lowered, optimize
 from .quantization.config import QuantConfig
 from .target import isa_features, parse_target, target_string, vector_lanes, without_amx
 from .threads import set_num_threads
@@ -165,7 +165,7 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         mod = lowered(mod, tvm_target, onnx_model)
         report.kernel_calls = count_kernel_calls(mod)
         amx = uses_tiles(mod)
-        executable = compile_lowered(mod, tvm_target)
+        executable, weights = compile_weights_apart(mod, tvm_target)
     except TvmFuseError:
         raise
     except Exception as error:
@@ -180,6 +180,7 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         report,
         "bf16" if bf16 else "fp32",
         uses_amx=amx,
+        weights=weights,
     )
 
 

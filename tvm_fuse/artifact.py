@@ -1,9 +1,9 @@
-"""Exported models on disk: a shared library and a JSON file of metadata beside it.
+"""Exported models on disk: a shared library, its weights and a JSON file of metadata beside them.
 
-`model.so` holds the code, `model.json` the signature and target plus the library's SHA-256,
-so a library and a metadata file from two different exports are never paired silently. A model
-with kernels on AMX tiles also writes its build without AMX, `model.noamx.so`, whose hash the
-metadata holds too.
+`model.so` holds the code, `model.weights` the weights (`weights_file`, mapped by a load),
+`model.json` the signature and target plus the SHA-256 of the other two, so files from two
+different exports are never paired silently. A model with kernels on AMX tiles also writes its
+build without AMX, `model.noamx.so` and `model.noamx.weights`, whose hashes the metadata holds too.
 All files are written under temporary names and renamed into place: an export that is
 interrupted leaves the previous files, never half-written ones.
 """
@@ -17,12 +17,13 @@ from pathlib import Path
 
 import tvm
 
+from . import weights_file
 from ._native import quiet_stderr
 from ._version import __version__
 from .errors import ExportError
 
 FORMAT = "tvm_fuse.compiled_model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: weights in a file of their own
 
 
 def metadata_path(library: Path) -> Path:
@@ -36,6 +37,11 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def weights_path(library: Path) -> Path:
+    """Where the weights of the library at `library` live."""
+    return library.with_suffix(".weights")
 
 
 def fallback_path(library: Path) -> Path:
@@ -56,38 +62,44 @@ def export(model, library: Path) -> Path:
         raise ExportError("this model was loaded from a library; copy its files instead")
 
     tag = f".tmp-{os.getpid()}"
-    libraries = {library: model._library}
+    builds = {library: model}
     if model.fallback is not None:
-        libraries[fallback_path(library)] = model.fallback._library
-    temporary = {path: path.with_name(f".{path.name}{tag}") for path in [*libraries, meta]}
+        builds[fallback_path(library)] = model.fallback
+    files = [meta, *(path for code in builds for path in (code, weights_path(code)))]
+    temporary = {path: path.with_name(f".{path.name}{tag}") for path in files}
     try:
-        for path, code in libraries.items():
-            try:
-                with quiet_stderr():
-                    code.export_library(str(temporary[path]))
-            except Exception as error:
-                raise ExportError(f"cannot write the library {path}: {error}") from error
         record = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "tvm_fuse_version": __version__,
             "tvm_version": tvm.__version__,
-            "library": library.name,
-            "library_sha256": _sha256(temporary[library]),
             **model.metadata(),
         }
-        if model.fallback is not None:
-            fallback = fallback_path(library)
-            record["fallback"].update(library=fallback.name, library_sha256=_sha256(temporary[fallback]))
+        for path, build in builds.items():
+            written = _write_build(build, path, temporary)
+            (record if build is model else record["fallback"]).update(written)
         temporary[meta].write_text(json.dumps(record, indent=2))
         # Metadata first: a library is only ever in place with the metadata that describes it,
         # and `load` checks the hashes for the moment between the renames.
-        for path in [meta, *reversed(libraries)]:
+        for path in files:
             os.replace(temporary[path], path)
     finally:
         for leftover in temporary.values():
             leftover.unlink(missing_ok=True)
     return library
+
+
+def _write_build(model, library: Path, temporary: dict[Path, Path]) -> dict:
+    """Write `model`'s library and weights to their `temporary` paths; what the metadata says of them."""
+    weights = weights_path(library)
+    try:
+        with quiet_stderr():
+            model._library.export_library(str(temporary[library]))
+        tensors = weights_file.write(temporary[weights], model.weights)
+    except Exception as error:
+        raise ExportError(f"cannot write the library {library}: {error}") from error
+    return {"library": library.name, "library_sha256": _sha256(temporary[library]),
+            "weights": {"file": weights.name, "sha256": _sha256(temporary[weights]), "tensors": tensors}}
 
 
 def load(library: str | os.PathLike):
@@ -111,21 +123,35 @@ def load(library: str | os.PathLike):
             f"{meta} has format version {record['format_version']}; this tvm_fuse reads up to "
             f"{FORMAT_VERSION}: upgrade tvm_fuse"
         )
-    module = _module(library, record, meta)
+    module, weights = _build(library, record, meta)
     fallback = None
     if "fallback" in record:
-        fallback = _module(library.with_name(record["fallback"]["library"]), record["fallback"], meta)
-    return CompiledModel.from_metadata(module, record, fallback)
+        fallback = _build(library.with_name(record["fallback"]["library"]), record["fallback"], meta)
+    return CompiledModel.from_metadata(module, record, weights, fallback)
 
 
-def _module(library: Path, record: dict, meta: Path) -> tvm.runtime.Module:
-    """The library `record` describes, checked against its hash."""
-    if not library.is_file():
-        raise ExportError(f"no library {library}, which {meta} names; export the model again")
-    if record.get("library_sha256") != _sha256(library):
-        raise ExportError(f"{library} does not match its metadata {meta} (another export?); export again")
+def _checked(path: Path, sha256: str | None, meta: Path) -> Path:
+    if not path.is_file():
+        raise ExportError(f"no file {path}, which {meta} names; export the model again")
+    if sha256 != _sha256(path):
+        raise ExportError(f"{path} does not match its metadata {meta} (another export?); export again")
+    return path
+
+
+def _build(library: Path, record: dict, meta: Path) -> tuple[tvm.runtime.Module, list]:
+    """The library and weights `record` describes, checked against their hashes."""
+    _checked(library, record.get("library_sha256"), meta)
+    weights = record.get("weights", {"tensors": []})  # format 1: the weights inside the library
+    if weights["tensors"]:
+        path = _checked(library.with_name(weights["file"]), weights.get("sha256"), meta)
+        try:
+            tensors = weights_file.read(path, weights["tensors"])
+        except (OSError, ValueError) as error:
+            raise ExportError(f"cannot read the weights {path}: {error}") from None
+    else:
+        tensors = []
     try:
         with quiet_stderr():
-            return tvm.runtime.load_module(str(library))
+            return tvm.runtime.load_module(str(library)), tensors
     except Exception as error:
         raise ExportError(f"cannot load the library {library}: {error}") from None

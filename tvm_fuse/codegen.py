@@ -7,6 +7,10 @@ without Python's lock, so here they are split into one module per core, compiled
 once, and the modules joined by importing them into the first (the VM finds a kernel in any
 module its library imports; `export` writes them all). The rest is TVM's own VM code
 generation and link (`relax.vm_build`), for a CPU target without external libraries.
+
+`weights_apart` makes the model's weights parameters of its `main` instead of constants of the
+executable: the VM then copies none of them when a library loads (an exported model's weights
+are a file of their own, mapped, `artifact`), and the library holds only code.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tvm
 from tvm import relax, tirx
+from tvm.ir.expr import GenericConst
 from tvm.relax import _ffi_api as relax_ffi
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from .target import host_cores
 
@@ -41,6 +47,34 @@ def _kernel_modules(mod: tvm.IRModule, parts: int) -> list[tvm.IRModule]:
                      key=lambda item: item[0].name_hint)
     groups = [kernels[i::parts] for i in range(parts)]
     return [tvm.IRModule(dict(group), attrs=mod.attrs) for group in groups if group]
+
+
+@mutator
+class _ConstantsToParameters(PyExprMutator):
+    """Each constant tensor (not a scalar) to a new variable, in `parameters`."""
+
+    def __init__(self):
+        super().__init__()
+        self.parameters: dict[GenericConst, relax.Var] = {}
+
+    def visit_generic_const_(self, constant: GenericConst) -> relax.Expr:
+        if not isinstance(constant.ty, relax.TensorType) or constant.ty.ndim == 0:
+            return constant
+        if constant not in self.parameters:
+            self.parameters[constant] = relax.Var(f"weight{len(self.parameters)}", constant.ty)
+        return self.parameters[constant]
+
+
+def weights_apart(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tvm.runtime.Tensor]]:
+    """`mod` (finalized) with the constant tensors of its `main` as trailing parameters of
+    `main`, and those tensors: `main(*inputs, *weights)` computes what `main(*inputs)` did."""
+    main = mod["main"]
+    lift = _ConstantsToParameters()
+    body = lift.visit_expr(main.body)
+    updated = mod.clone()
+    updated["main"] = relax.Function([*main.params, *lift.parameters.values()], body, main.ret_ty,
+                                     main.is_pure, main.attrs, main.span)
+    return updated, [constant.value for constant in lift.parameters]
 
 
 def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) -> relax.VMExecutable:

@@ -41,8 +41,10 @@ class CompiledModel:
     """
 
     def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features,
-                 report: FusionReport | None = None, precision: str = "fp32", uses_amx: bool = False):
+                 report: FusionReport | None = None, precision: str = "fp32", uses_amx: bool = False,
+                 weights=()):
         self._library = library
+        self.weights = tuple(weights)  # the trailing arguments of the library's `main` (`codegen.weights_apart`)
         self._report = report or FusionReport()
         self._inputs: list[TensorInfo] = list(inputs)
         self._outputs: list[TensorInfo] = list(outputs)
@@ -90,7 +92,9 @@ class CompiledModel:
         return list(self._outputs)
 
     # -- running ---------------------------------------------------------------------------
-    def _machine(self) -> relax.VirtualMachine:
+    def _machine(self) -> tuple[relax.VirtualMachine, tuple]:
+        """This thread's VM and the weights its `main` takes after the inputs: this model's,
+        or those of its build without AMX where the OS denies this process AMX."""
         machine = getattr(self._per_thread, "machine", None)
         if machine is None:
             # Asked before any kernel runs: the OS lets a process run tile instructions only
@@ -112,7 +116,7 @@ class CompiledModel:
                     "this CPU lacks them. Build with target='native' to run here."
                 )
             mark_pool_started()
-            machine = self._per_thread.machine = relax.VirtualMachine(self._library, tvm.cpu())
+            machine = self._per_thread.machine = relax.VirtualMachine(self._library, tvm.cpu()), self.weights
         return machine
 
     def _device_inputs(self, arrays: list[np.ndarray]) -> list[tvm.runtime.Tensor]:
@@ -149,11 +153,13 @@ class CompiledModel:
         return self._run(arrays, wanted)
 
     def _run(self, arrays: list[np.ndarray], wanted: list[int]) -> list[np.ndarray]:
-        main = getattr(self._per_thread, "main", None)
-        if main is None:  # looked up once per thread: a VM's function lookup costs a small model's run 10%
-            main = self._per_thread.main = self._machine()["main"]
+        entry = getattr(self._per_thread, "main", None)
+        if entry is None:  # looked up once per thread: a VM's function lookup costs a small model's run 10%
+            machine, weights = self._machine()
+            entry = self._per_thread.main = machine["main"], weights
+        main, weights = entry
         configure_this_thread()
-        result = main(*self._device_inputs(arrays))
+        result = main(*self._device_inputs(arrays), *weights)
         results = list(result) if len(self._outputs) > 1 else [result]
         # A copy through DLPack: `Tensor.numpy()` cost a tenth of a small model's run.
         return [np.from_dlpack(results[i]).copy() for i in wanted]
@@ -220,9 +226,9 @@ class CompiledModel:
         }
 
     @classmethod
-    def from_metadata(cls, library, metadata: dict, fallback: tvm.runtime.Module | None = None) -> CompiledModel:
-        """The model of `library` and its `metadata`; `fallback`: the library of its build
-        without AMX, described by `metadata["fallback"]`."""
+    def from_metadata(cls, library, metadata: dict, weights=(), fallback: tuple | None = None) -> CompiledModel:
+        """The model of `library`, `weights` and its `metadata`; `fallback`: the library and
+        weights of its build without AMX, described by `metadata["fallback"]`."""
         model = cls(
             library,
             [_info_from_json(i) for i in metadata["inputs"]],
@@ -232,9 +238,11 @@ class CompiledModel:
             FusionReport.from_json(metadata["fusion_report"]) if "fusion_report" in metadata else None,
             metadata.get("precision", "fp32"),  # exports before bf16 builds existed
             metadata.get("uses_amx", False),  # exports before AMX kernels existed
+            weights,
         )
         if fallback is not None:
-            model.fallback = cls.from_metadata(fallback, metadata["fallback"])
+            fallback_library, fallback_weights = fallback
+            model.fallback = cls.from_metadata(fallback_library, metadata["fallback"], fallback_weights)
         return model
 
     def __repr__(self) -> str:

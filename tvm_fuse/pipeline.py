@@ -5,7 +5,7 @@ can switch any one off (e.g. `tvm_fuse.FusePatterns`). `optimize` runs `canonica
 `layout`, `fuse`, then `kernels` (our kernels' schedules, with knobs from the tuning logs where
 they have a record): the fused graph the fusion report reads; `legalize` lowers the other ops to kernels;
 `finalize` turns that into what the VM runs, and `compile_lowered` compiles it, its kernels
-lowered by `TIR_PIPELINE`.
+lowered by `TIR_PIPELINE` (`compile_weights_apart`: the weights left out of the executable).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .build_timings import phase
-from .codegen import executable, pass_context_like
+from .codegen import executable, pass_context_like, weights_apart
 from .frontend.importer import graph_functions
 from .frontend.support import check_lowered, check_unlowered
 from .patterns.table import ATTENTION_FAMILY
@@ -210,7 +210,19 @@ def lowered(mod: tvm.IRModule, target: tvm.target.Target, model: onnx.ModelProto
 def compile_lowered(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.relax.VMExecutable:
     """The VM executable of `lowered(mod)`: `finalize`, then every kernel to machine code, the
     kernels on every core (`codegen.executable`)."""
-    with phase("Relax finalize"):
-        mod = _in_target("tvm_fuse.finalize", finalize(target), target)(mod)
+    finalized = _finalized(mod, target)
     with phase("code generation"):
-        return executable(mod, target, TIR_PIPELINE)
+        return executable(finalized, target, TIR_PIPELINE)
+
+
+def compile_weights_apart(mod: tvm.IRModule, target: tvm.target.Target) -> tuple[tvm.relax.VMExecutable, list]:
+    """`compile_lowered`, with the model's weights as trailing parameters of its `main`
+    (`codegen.weights_apart`), returned beside the executable."""
+    finalized, weights = weights_apart(_finalized(mod, target))
+    with phase("code generation"):
+        return executable(finalized, target, TIR_PIPELINE), weights
+
+
+def _finalized(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    with phase("Relax finalize"):
+        return _in_target("tvm_fuse.finalize", finalize(target), target)(mod)
