@@ -243,6 +243,19 @@ def test_load_refuses_weights_from_another_export_or_none(dynamic, tmp_path):
         tvm_fuse.load(path)
 
 
+def test_an_export_of_format_1_with_its_weights_inside_the_library_loads(tmp_path, monkeypatch):
+    monkeypatch.setattr("tvm_fuse.pipeline.weights_apart", lambda mod: (mod, []))
+    model = tvm_fuse.build(tiny_model(), AVX512_TARGET)
+    path = model.export(tmp_path / "model.so")
+    meta = tmp_path / "model.json"
+    record = json.loads(meta.read_text())
+    del record["weights"]
+    meta.write_text(json.dumps({**record, "format_version": 1}))
+    (tmp_path / "model.weights").unlink()
+    feed = {"x": _x(3)}
+    np.testing.assert_array_equal(tvm_fuse.load(path).run(None, feed)[0], model.run(None, feed)[0])
+
+
 def test_export_to_a_missing_directory_fails_cleanly(dynamic, tmp_path):
     with pytest.raises(ExportError, match="does not exist"):
         dynamic.export(tmp_path / "no" / "such" / "dir.so")

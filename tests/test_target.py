@@ -2,7 +2,15 @@ import pytest
 import tvm
 
 from tvm_fuse import TargetError, parse_target
-from tvm_fuse.target import _llvm_reported_features, host_features, isa_class, isa_features, target_string, without_amx
+from tvm_fuse.target import (
+    _cpuinfo_features,
+    _llvm_reported_features,
+    host_features,
+    isa_class,
+    isa_features,
+    target_string,
+    without_amx,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,6 +46,11 @@ def test_native_target_claims_only_what_the_host_executes(native):
     target = parse_target(native)
     assert isa_features(target) == host_features()
     assert target.export()["num-cores"] >= 1
+
+
+def test_linux_reports_the_features_llvm_does():
+    """A process with TVM's runtime alone reads them from /proc/cpuinfo: the same set."""
+    assert _cpuinfo_features() == host_features()
 
 
 def _amx_host(monkeypatch, os_permits: bool):

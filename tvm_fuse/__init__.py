@@ -25,10 +25,11 @@ from .target import host_cores as _host_cores  # noqa: E402
 # hyper-threading): one thread on a 2-vCPU machine. Default to every CPU we may run on.
 _os.environ.setdefault("TVM_NUM_THREADS", str(_host_cores()))
 
+from tvm.base import _RUNTIME_ONLY  # noqa: E402
+
 from ._version import __version__  # noqa: E402
-from .api import build, load
+from .artifact import load
 from .benchmark import Latency
-from .calibrate import quantize
 from .calibration_table import CalibrationTable
 from .compiled_model import CompiledModel
 from .errors import (
@@ -40,11 +41,28 @@ from .errors import (
     TvmFuseError,
     UnsupportedOpsError,
 )
-from .frontend.importer import TensorInfo
 from .quantization.config import QuantConfig
 from .streams import Streams
-from .target import host_features, parse_target
+from .target import host_features
+from .tensor_info import TensorInfo
 from .threads import set_num_threads, set_spinning
+
+# A process that imported TVM's runtime library alone (`TVM_USE_RUNTIME_LIB=1`, 120 MB less
+# than its compiler) loads and serves exported models; what compiles needs the compiler.
+_COMPILING = ("build", "quantize", "parse_target")
+if not _RUNTIME_ONLY:
+    from .api import build
+    from .calibrate import quantize
+    from .target import parse_target
+
+
+def __getattr__(name: str):
+    if name in _COMPILING:
+        raise TvmFuseError(f"tvm_fuse.{name} needs TVM's compiler, and this process imported TVM's runtime "
+                           "alone (TVM_USE_RUNTIME_LIB=1): compile and export in a process without it, and "
+                           "tvm_fuse.load the export here")
+    raise AttributeError(f"module 'tvm_fuse' has no attribute '{name}'")
+
 
 __all__ = [
     "CalibrationTable",

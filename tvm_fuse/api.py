@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from . import artifact, build_timings, cache
+from . import build_timings, cache
 from .amx import uses_tiles
 from .build_timings import phase
 from .calibrate import calibrated, checked_config
@@ -182,8 +182,3 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         uses_amx=amx,
         weights=weights,
     )
-
-
-def load(path) -> CompiledModel:
-    """Reopen a model saved with `CompiledModel.export(path)`; the ONNX file is not needed."""
-    return artifact.load(path)

@@ -103,7 +103,8 @@ def _write_build(model, library: Path, temporary: dict[Path, Path]) -> dict:
 
 
 def load(library: str | os.PathLike):
-    """Reopen a model written by `CompiledModel.export`."""
+    """Reopen a model saved with `CompiledModel.export(library)`; the ONNX file is not needed.
+    A process that imported TVM's runtime alone (`TVM_USE_RUNTIME_LIB=1`) loads it too."""
     from .compiled_model import CompiledModel
 
     library = Path(library)

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, build_timings, cache
+from . import api, artifact, build_timings, cache
 from .benchmark import random_feed
 from .benchmarking import models
 from .benchmarking.compare import OpenVINOSession, differences, onnxruntime_session, time_alternating
 from .benchmarking.ort_quantize import ORT_DYNAMIC_INT8_SCHEME, ORT_INT8_SCHEME, ort_dynamic_int8_model, ort_int8_model
 from .calibrate import quantize
 from .errors import InputError, TvmFuseError
-from .explain import FusionReport
 from .frontend.load import load_model
+from .fusion_report import FusionReport
 from .patterns.table import FAMILIES
 from .quantization.config import ACTIVATIONS, METHODS, QuantConfig
 from .target import host_cores, target_string
@@ -101,7 +101,7 @@ def cmd_build(args) -> int:
     print(f"built {args.model} for {target_string(model.target, brief=True)}")
     if args.timings:
         print(build_timings.table(model.fusion_report()["build_seconds"]))
-    print(f"wrote {output} and {output.with_suffix('.json')}")
+    print(f"wrote {output}, {output.with_suffix('.weights')} and {output.with_suffix('.json')}")
     return 0
 
 
@@ -119,7 +119,7 @@ def _read_feed(model, pairs) -> dict:
 
 
 def cmd_run(args) -> int:
-    model = api.load(args.model) if args.model.endswith(".so") else _build(args)
+    model = artifact.load(args.model) if args.model.endswith(".so") else _build(args)
     outputs = model.run(None, _read_feed(model, args.input))
     for info, value in zip(model.get_outputs(), outputs):
         flat = value.reshape(-1)
@@ -276,7 +276,7 @@ def _ort_int8_left_out(args) -> str | None:
 
 
 def cmd_explain(args) -> int:
-    model = api.load(args.model) if args.model.endswith(".so") else _build(args)
+    model = artifact.load(args.model) if args.model.endswith(".so") else _build(args)
     report = model.fusion_report()
     if args.json:
         print(json.dumps(report, indent=2))
@@ -375,7 +375,10 @@ def parser() -> argparse.ArgumentParser:
         return sub
 
     build = command("build", cmd_build, "compile a model and export it as a shared library")
-    build.add_argument("-o", "--output", help="library path (default: MODEL's name with .so); metadata goes beside it as .json")
+    build.add_argument("-o", "--output", help="library path (default: MODEL's name with .so); its weights go beside it "
+                       "as .weights, its metadata as .json")
+    build.epilog = ("tvm_fuse.load(OUTPUT) serves the export in Python; a process that sets TVM_USE_RUNTIME_LIB=1 "
+                    "loads TVM's runtime alone for it (120 MB less memory; it cannot compile)")
     build.add_argument("--timings", action="store_true",
                        help="print the seconds of each phase of the build (import, canonicalize, layout, fuse, "
                             "schedule kernels, legalize, Relax finalize, code generation (TIR lowering and LLVM, "

@@ -9,18 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm.runtime.vm import VirtualMachine
 
 from . import artifact
 from .amx import amx_permitted
 from .benchmark import Latency, random_feed, time_runs
-from .codegen import llvm_modules
 from .errors import TvmFuseError
-from .explain import FusionReport
 from .feed import check_feed, exact_arrays, output_indices, static_signature
-from .frontend.importer import TensorInfo
+from .fusion_report import FusionReport
 from .streams import Streams
 from .target import missing_host_features
+from .tensor_info import TensorInfo
 from .threads import (
     configure_this_thread,
     in_a_fresh_thread,
@@ -92,7 +91,7 @@ class CompiledModel:
         return list(self._outputs)
 
     # -- running ---------------------------------------------------------------------------
-    def _machine(self) -> tuple[relax.VirtualMachine, tuple]:
+    def _machine(self) -> tuple[VirtualMachine, tuple]:
         """This thread's VM and the weights its `main` takes after the inputs: this model's,
         or those of its build without AMX where the OS denies this process AMX."""
         machine = getattr(self._per_thread, "machine", None)
@@ -116,7 +115,7 @@ class CompiledModel:
                     "this CPU lacks them. Build with target='native' to run here."
                 )
             mark_pool_started()
-            machine = self._per_thread.machine = relax.VirtualMachine(self._library, tvm.cpu()), self.weights
+            machine = self._per_thread.machine = VirtualMachine(self._library, tvm.cpu()), self.weights
         return machine
 
     def _device_inputs(self, arrays: list[np.ndarray]) -> list[tvm.runtime.Tensor]:
@@ -200,6 +199,8 @@ class CompiledModel:
 
     def assembly(self) -> str:
         """The generated x86 assembly of every kernel, as text."""
+        from .codegen import llvm_modules  # here: a process that only serves has no compiler
+
         module = getattr(self._library, "mod", self._library)  # Executable, or a loaded Module
         sources = [m.inspect_source("asm") for m in llvm_modules(module)]
         if not sources:

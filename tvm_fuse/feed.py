@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .errors import InputError
-from .frontend.importer import TensorInfo
+from .tensor_info import TensorInfo
 
 
 def _describe(inputs: list[TensorInfo]) -> str:

@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 import tvm
+from tvm.base import _RUNTIME_ONLY
 
 from .amx import amx_permitted
 from .errors import TargetError
@@ -54,8 +55,22 @@ def host_cpu() -> str:
 
 def host_features() -> frozenset[str]:
     """The ISA features (names of `ISA_FEATURES`) this machine can execute."""
+    if _RUNTIME_ONLY:
+        return _cpuinfo_features()
     llvm = _host_llvm_features()
     return frozenset(name for name, feature in ISA_FEATURES.items() if llvm.get(feature))
+
+
+CPUINFO_FLAGS = {name: {"amx": "amx_int8"}.get(name, name) for name in ISA_FEATURES}  # Linux's names
+
+
+def _cpuinfo_features() -> frozenset[str]:
+    """`host_features` from the flags Linux lists in /proc/cpuinfo, for a process that has
+    TVM's runtime alone (no LLVM to ask); AMX's only where the OS lets this process use it."""
+    with open("/proc/cpuinfo") as info:
+        flags = next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), set())
+    found = {name for name, flag in CPUINFO_FLAGS.items() if flag in flags}
+    return frozenset(found if amx_permitted() else {name for name in found if not name.startswith("amx")})
 
 
 def available_cpus() -> list[int]:

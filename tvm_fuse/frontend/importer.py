@@ -10,7 +10,6 @@ import contextlib
 import io
 import math
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -25,29 +24,12 @@ from tvm.sym import Analyzer
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
+from ..tensor_info import TensorInfo
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
 from .converters import CONVERTERS, node_name, refuse
 from .fixups import apply_fixups
 from .support import check_supported, default_opset
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """A model input or output as ONNX Runtime's `NodeArg` shows it: symbolic dims are names."""
-
-    name: str
-    shape: tuple[int | str, ...]
-    dtype: str  # numpy name, e.g. "float32"
-    # For integer inputs that index a constant table (token ids into an embedding): the table's
-    # length n; values must lie in [-n, n), since compiled gathers do not check bounds.
-    index_limit: int | None = None
-
-    @property
-    def type(self) -> str:
-        """ONNX Runtime's spelling of the type, e.g. `tensor(float)`."""
-        onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(self.dtype))
-        return f"tensor({onnx.TensorProto.DataType.Name(onnx_type).lower()})"
 
 
 def _dims(value: onnx.ValueInfoProto) -> tuple[int | str, ...]:

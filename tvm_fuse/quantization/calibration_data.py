@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..feed import check_feed
-from ..frontend.importer import TensorInfo
+from ..tensor_info import TensorInfo
 
 DYNAMIC_BATCH = 8  # samples per feed when the batch dim is symbolic
 

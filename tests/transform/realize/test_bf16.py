@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
 from tvm_fuse.errors import InputError
-from tvm_fuse.explain import FusionReport
+from tvm_fuse.fusion_report import FusionReport
 from tvm_fuse.target import host_cpu, vector_lanes
 from tvm_fuse.transform.realize.bf16 import RealizeBf16
 

@@ -1,0 +1,27 @@
+"""`TensorInfo`: what a model takes and returns, for the compiler and for a process that only serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A model input or output as ONNX Runtime's `NodeArg` shows it: symbolic dims are names."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str  # numpy name, e.g. "float32"
+    # For integer inputs that index a constant table (token ids into an embedding): the table's
+    # length n; values must lie in [-n, n), since compiled gathers do not check bounds.
+    index_limit: int | None = None
+
+    @property
+    def type(self) -> str:
+        """ONNX Runtime's spelling of the type, e.g. `tensor(float)`."""
+        import onnx  # here: a process that serves a model needs no onnx
+
+        onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(self.dtype))
+        return f"tensor({onnx.TensorProto.DataType.Name(onnx_type).lower()})"
