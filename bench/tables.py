@@ -147,7 +147,7 @@ THROUGHPUT = Table([
     key("onnxruntime_peak_mb", "ORT MB", "{:.0f}"), key("build_peak_mb", "our build MB", "{:.0f}"),
     key("max_rel_diff", "max rel diff", "{:.1e}"),
 ], "Batch 1, images per second over every core (higher is better); MB: the peak resident memory of each "
-   "serving process (ours: loading the exported library).")
+   "serving process (ours: loading the exported library with TVM's runtime alone, TVM_USE_RUNTIME_LIB=1).")
 
 # bench/build_times.py
 BUILD_TIMES = Table([

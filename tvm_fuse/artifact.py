@@ -76,7 +76,7 @@ def export(model, library: Path) -> Path:
             **model.metadata(),
         }
         for path, build in builds.items():
-            written = _write_build(build, path, temporary)
+            written = _write_loaded(build, path, temporary)
             (record if build is model else record["fallback"]).update(written)
         temporary[meta].write_text(json.dumps(record, indent=2))
         # Metadata first: a library is only ever in place with the metadata that describes it,
@@ -89,15 +89,15 @@ def export(model, library: Path) -> Path:
     return library
 
 
-def _write_build(model, library: Path, temporary: dict[Path, Path]) -> dict:
+def _write_loaded(model, library: Path, temporary: dict[Path, Path]) -> dict:
     """Write `model`'s library and weights to their `temporary` paths; what the metadata says of them."""
     weights = weights_path(library)
     try:
         with quiet_stderr():
             model._library.export_library(str(temporary[library]))
-        tensors = weights_file.write(temporary[weights], model.weights)
+        tensors = weights_file.write(temporary[weights], model._weights)
     except Exception as error:
-        raise ExportError(f"cannot write the library {library}: {error}") from error
+        raise ExportError(f"cannot write the library {library} or its weights: {error}") from error
     return {"library": library.name, "library_sha256": _sha256(temporary[library]),
             "weights": {"file": weights.name, "sha256": _sha256(temporary[weights]), "tensors": tensors}}
 
@@ -124,10 +124,10 @@ def load(library: str | os.PathLike):
             f"{meta} has format version {record['format_version']}; this tvm_fuse reads up to "
             f"{FORMAT_VERSION}: upgrade tvm_fuse"
         )
-    module, weights = _build(library, record, meta)
+    module, weights = _loaded(library, record, meta)
     fallback = None
     if "fallback" in record:
-        fallback = _build(library.with_name(record["fallback"]["library"]), record["fallback"], meta)
+        fallback = _loaded(library.with_name(record["fallback"]["library"]), record["fallback"], meta)
     return CompiledModel.from_metadata(module, record, weights, fallback)
 
 
@@ -139,7 +139,7 @@ def _checked(path: Path, sha256: str | None, meta: Path) -> Path:
     return path
 
 
-def _build(library: Path, record: dict, meta: Path) -> tuple[tvm.runtime.Module, list]:
+def _loaded(library: Path, record: dict, meta: Path) -> tuple[tvm.runtime.Module, list]:
     """The library and weights `record` describes, checked against their hashes."""
     _checked(library, record.get("library_sha256"), meta)
     weights = record.get("weights", {"tensors": []})  # format 1: the weights inside the library

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -41,9 +42,9 @@ class CompiledModel:
 
     def __init__(self, library: tvm.runtime.Module, inputs, outputs, target: str, features,
                  report: FusionReport | None = None, precision: str = "fp32", uses_amx: bool = False,
-                 weights=()):
+                 weights: Sequence[tvm.runtime.Tensor] = ()):
         self._library = library
-        self.weights = tuple(weights)  # the trailing arguments of the library's `main` (`codegen.weights_apart`)
+        self._weights = tuple(weights)  # the trailing arguments of the library's `main` (`codegen.weights_apart`)
         self._report = report or FusionReport()
         self._inputs: list[TensorInfo] = list(inputs)
         self._outputs: list[TensorInfo] = list(outputs)
@@ -115,7 +116,7 @@ class CompiledModel:
                     "this CPU lacks them. Build with target='native' to run here."
                 )
             mark_pool_started()
-            machine = self._per_thread.machine = VirtualMachine(self._library, tvm.cpu()), self.weights
+            machine = self._per_thread.machine = VirtualMachine(self._library, tvm.cpu()), self._weights
         return machine
 
     def _device_inputs(self, arrays: list[np.ndarray]) -> list[tvm.runtime.Tensor]:
