@@ -1,12 +1,18 @@
 """Time each kernel inside a real run of a model (not alone with warm or flushed caches):
 TVM's VM calls an instrument before and after every kernel call, and the median over runs of
-each call's wall time is reported, grouped by kernel.
+each call's wall time is reported, grouped by kernel. A kernel that computes ONNX Conv, Gemm or
+MatMul nodes (a matrix kernel) also gets its speed, 2 x the nodes' multiply-adds per second
+(the direct computation's: a Winograd kernel's may pass the peak), and that speed's share of
+the measured peak of the unit its precision runs on (`tvm_fuse.benchmarking.peak`, same thread
+count); what the run spends outside the matrix kernels is summed apart.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
     python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
     python bench/kernel_times.py minilm_s128 --dynamic   # dynamic int8, as bench/models.py's MiniLM rows
     python bench/kernel_times.py resnet50 --precision bf16
     python bench/kernel_times.py ppocr_rec          # a real model (bench/models.py), on its own feed
+    python bench/kernel_times.py resnet50 mobilenet_v2 --precision fp32 bf16 int8 --threads 1 --save
+                                                    # the tables of docs/benchmarks.md
 
 Python's clock around each call adds a few microseconds to every figure.
 """
@@ -14,8 +20,10 @@ Python's clock around each call adds a few microseconds to every figure.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -23,10 +31,16 @@ import tvm
 
 import tvm_fuse
 from tvm_fuse.benchmark import random_feed
+from tvm_fuse.benchmarking.flops import node_macs, tensor_shapes
+from tvm_fuse.benchmarking.peak import UNITS, measure_peak
+from tvm_fuse.explain import node_label
 from tvm_fuse.frontend.importer import graph_inputs
 from tvm_fuse.transform.realize.bf16 import PRECISIONS
 
+import tables
 from models import CALIBRATION_SEED, model_and_feed
+
+TOP_SAVED = 8  # kernels saved per model and precision, by total time
 
 
 def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = None,
@@ -60,32 +74,100 @@ def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = N
     return by_kernel
 
 
+def kernel_ops(model: tvm_fuse.CompiledModel, source: onnx.ModelProto) -> dict[str, tuple[int, str]]:
+    """Kernel name -> (2 x the multiply-adds of the ONNX Conv, Gemm and MatMul nodes its calls
+    compute in a run, its precision), for the kernels that compute any."""
+    shapes = tensor_shapes(source)
+    nodes = {node_label(node, i): node for i, node in enumerate(source.graph.node)}
+    found: dict[str, tuple[int, str]] = {}
+    for kernel in model.fusion_report()["kernels"]:
+        ops = 2 * sum(node_macs(nodes[label], shapes) for label in kernel["onnx_nodes"] if label in nodes)
+        if ops:
+            total, _ = found.get(kernel["name"], (0, ""))
+            found[kernel["name"]] = total + ops, kernel.get("precision", "fp32")
+    return found
+
+
+def _peaks(model: tvm_fuse.CompiledModel, precisions, threads: int) -> dict[str, float]:
+    """Precision -> GOP/s of the unit it runs on here (AMX's where the build uses it), where
+    this host has one."""
+    features = tvm_fuse.host_features()
+    return {p: measure_peak(threads, precision=p).gflops for p in set(precisions)
+            if any(unit.feature in features for unit in UNITS[p])}
+
+
+def table(name: str, label: str, threads: int, times: dict[str, list[float]], ops: dict, peaks: dict) -> list[dict]:
+    """Rows of every kernel, by total time, then the matrix kernels together and the rest."""
+    total = sum(sum(t) for t in times.values())
+    rows = []
+    for kernel, t in sorted(times.items(), key=lambda kv: -sum(kv[1])):
+        row = {"model": name, "precision": label, "threads": threads, "kernel": kernel, "calls": len(t),
+               "ms": sum(t), "share": sum(t) / total}
+        if kernel in ops:
+            count, precision = ops[kernel]
+            row["gops"] = count / sum(t) / 1e6
+            row["of_peak"] = row["gops"] / peaks[precision] if precision in peaks else None
+        rows.append(row)
+    matrix = [r for r in rows if "gops" in r]
+    matrix_ms = sum(r["ms"] for r in matrix)
+    matrix_ops = sum(ops[r["kernel"]][0] for r in matrix)
+    summary = {"model": name, "precision": label, "threads": threads, "calls": sum(r["calls"] for r in matrix)}
+    together = {**summary, "kernel": "(matrix kernels)", "ms": matrix_ms, "share": matrix_ms / total,
+                "gops": matrix_ops / matrix_ms / 1e6 if matrix_ms else None}
+    if matrix and all(ops[r["kernel"]][1] in peaks for r in matrix):  # the time at the peaks over the time taken
+        at_peak_ms = sum(ops[r["kernel"]][0] / peaks[ops[r["kernel"]][1]] / 1e6 for r in matrix)
+        together["of_peak"] = at_peak_ms / matrix_ms
+    rest = {**summary, "kernel": "(the rest)", "calls": sum(r["calls"] for r in rows) - summary["calls"],
+            "ms": total - matrix_ms, "share": 1 - matrix_ms / total}
+    return rows + [together, rest]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a named model (resnet50, ppocr_rec, a corpus model, ...) or an .onnx path")
+    parser.add_argument("models", nargs="+", help="named models (resnet50, ppocr_rec, a corpus model, ...) or .onnx paths")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1, help="the batch of a named model's feed")
     parser.add_argument("--top", type=int, default=15, help="kernels to list, by total time")
-    parser.add_argument("--int8", action="store_true",
-                        help="build in int8, calibrated (entropy) on 16 random batches as bench/models.py --int8")
+    parser.add_argument("--threads", type=int, default=None, help="threads per kernel (default: one per core)")
+    parser.add_argument("--int8", action="store_true", help="the same as --precision int8")
     parser.add_argument("--dynamic", action="store_true",
                         help="build in int8 with QuantConfig(activations='dynamic'): no calibration (transformers)")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32", help="build(precision=...)")
+    parser.add_argument("--precision", nargs="+", choices=[*PRECISIONS, "int8"], default=["fp32"],
+                        help="build(precision=...), or int8: calibrated (entropy) on 16 random batches as "
+                             "bench/models.py --int8; several: one build after another")
+    parser.add_argument("--save", action="store_true",
+                        help=f"write the top {TOP_SAVED} kernels of each build and the sums to bench/results/kernel_times.json")
     args = parser.parse_args()
-    source, feed = (onnx.load(args.model), None) if args.model.endswith(".onnx") else model_and_feed(args.model, args.batch)
-    shapes = {name: value.shape for name, value in feed.items()} if feed else None
-    quantize = tvm_fuse.QuantConfig(activations="dynamic") if args.dynamic else None
-    if args.int8:
-        inputs = graph_inputs(source)
-        samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
-        quantize = tvm_fuse.QuantConfig(calibration=samples)
-    model = tvm_fuse.build(source, quantize=quantize, input_shapes=shapes, precision=args.precision)
-    times = kernel_times(model, args.runs, feed)
-    total = sum(sum(t) for t in times.values())
-    print(f"{args.model}: kernels sum to {total:.2f} ms per run")
-    print(f"{'total ms':>9} {'share':>6} {'calls':>5} {'ms/call':>8}  kernel")
-    for name, t in sorted(times.items(), key=lambda kv: -sum(kv[1]))[:args.top]:
-        print(f"{sum(t):9.3f} {100 * sum(t) / total:5.1f}% {len(t):5d} {np.mean(t):8.3f}  {name}")
+    precisions = ["int8"] if args.int8 else args.precision
+    threads = args.threads or tvm_fuse.target.host_cores()
+    tvm_fuse.set_num_threads(threads)
+    saved, measured = [], {}
+    for name in args.models:
+        source, feed = (onnx.load(name), None) if name.endswith(".onnx") else model_and_feed(name, args.batch)
+        shapes = {key: value.shape for key, value in feed.items()} if feed else None
+        for precision in precisions:
+            quantize = tvm_fuse.QuantConfig(activations="dynamic") if args.dynamic else None
+            if precision == "int8":
+                inputs = graph_inputs(source)
+                samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
+                quantize = tvm_fuse.QuantConfig(calibration=samples)
+            model = tvm_fuse.build(source, quantize=quantize, input_shapes=shapes,
+                                   precision="fp32" if precision == "int8" else precision)
+            ops = kernel_ops(model, source)
+            label = "dynamic int8" if args.dynamic else precision
+            peaks = _peaks(model, [p for _, p in ops.values()], threads)
+            measured.update(peaks)
+            rows = table(name, label, threads, kernel_times(model, args.runs, feed), ops, peaks)
+            print(f"{name} {label}, {threads} thread(s): kernels sum to {sum(r['ms'] for r in rows[:-2]):.2f} ms per run")
+            print(tables.markdown(rows[:args.top] + rows[-2:], replace(tables.KERNEL_TIMES, note="")))
+            saved += rows[:TOP_SAVED] + rows[-2:]
+    print(tables.KERNEL_TIMES.note)
+    peaks = ", ".join(f"{precision} {gops:.0f} GOP/s" for precision, gops in sorted(measured.items()))
+    summary = f"The units' peaks, measured in the same run on {threads} thread(s): {peaks}." if peaks else ""
+    print(summary)
+    if args.save:
+        tables.save(tables.RESULTS, "kernel_times", saved, "python bench/kernel_times.py " + " ".join(sys.argv[1:]),
+                    summary=summary)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ SECTIONS = [
      "Requests served at once on disjoint cores: our streams (`CompiledModel.run_async`) beside OpenVINO's "
      "THROUGHPUT hint and ONNX Runtime sessions called from as many threads; each runtime in a process of "
      "its own."),
+    ("kernel_times", "Where the time goes", tables.KERNEL_TIMES, None,
+     "Inside a run on one thread (as each of the streams runs): the kernels that take the most time, each "
+     "matrix kernel's speed against the peak of its unit, and what is left outside the matrix kernels."),
     ("build_times", "Build times", tables.BUILD_TIMES, None,
      "From the ONNX model in memory to a model ready to run: our builds, a build-cache hit, ONNX Runtime's "
      "session and OpenVINO's compile."),

@@ -149,6 +149,17 @@ THROUGHPUT = Table([
 ], "Batch 1, images per second over every core (higher is better); MB: the peak resident memory of each "
    "serving process (ours: loading the exported library with TVM's runtime alone, TVM_USE_RUNTIME_LIB=1).")
 
+# bench/kernel_times.py
+KERNEL_TIMES = Table([
+    key("model"), key("precision"), key("threads", format="{}"), key("kernel"), key("calls", format="{}"),
+    key("ms", "ms per run", "{:.3f}"), percent("share", "share of the run"), key("gops", "GOP/s", "{:.0f}"),
+    percent("of_peak", "of the unit's peak"),
+], "Each kernel's time inside a run (the median of its calls), the matrix kernels' speed as 2 x the "
+   "multiply-adds of the ONNX nodes they compute per second (a Winograd kernel's may pass the peak), and "
+   "that speed against the measured peak of the unit the precision runs on (fp32 FMA, VNNI, AVX512-BF16), "
+   "same threads; then the matrix kernels together (against the peaks: their time at the peaks over the "
+   "time taken) and the rest of the run.")
+
 # bench/build_times.py
 BUILD_TIMES = Table([
     key("model"), key("fp32", "fp32 s"), key("bf16", "bf16 s"), key("int8", "int8 s"),

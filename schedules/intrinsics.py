@@ -15,7 +15,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as tb
 
 # (vpdpbusd, vpmaddubsw, vpmaddwd) by lanes: LLVM's x86 intrinsics for zmm and ymm.
-_LLVM = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+LLVM_INTRINSICS = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
          8: ("llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")}
 
 
@@ -74,7 +74,7 @@ def _dot_name(lanes: int, vnni: bool) -> str:
 
 
 def _register(lanes: int) -> None:
-    vpdpbusd, pmaddubsw, pmaddwd = _LLVM[lanes]
+    vpdpbusd, pmaddubsw, pmaddwd = LLVM_INTRINSICS[lanes]
     acc, bytes_, pairs, weights = f"int32x{lanes}", f"uint8x{4 * lanes}", f"int16x{2 * lanes}", f"int8x{4 * lanes}"
 
     def vnni(word, B, C):
@@ -112,7 +112,7 @@ def bf16_dot_product(lanes: int, native: bool) -> str:
     return _registered(name, lambda: _register_bf16(name, lanes, native))
 
 
-def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
+def bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
     """(function name, LLVM IR) of the `lanes`-wide pair dot product."""
     name = f"tvm_fuse_dpbf16ps_{lanes}_{'native' if native else 'portable'}"
     f32, i32 = f"<{lanes} x float>", f"<{lanes} x i32>"
@@ -140,7 +140,7 @@ def _bf16_llvm(lanes: int, native: bool) -> tuple[str, str]:
 
 
 def _register_bf16(name: str, lanes: int, native: bool) -> None:
-    function, llvm_ir = _bf16_llvm(lanes, native)
+    function, llvm_ir = bf16_llvm(lanes, native)
     acc = f"float32x{lanes}"
 
     def step(word, B, C):

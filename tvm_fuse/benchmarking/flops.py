@@ -17,7 +17,7 @@ from onnx import helper, shape_inference
 FLOP_OPS = ("Conv", "Gemm", "MatMul")
 
 
-def _shapes(model: onnx.ModelProto) -> dict[str, list]:
+def tensor_shapes(model: onnx.ModelProto) -> dict[str, list]:
     """Name -> shape (ints, or dim_param strings / None where not static) of every tensor."""
     # Inference serializes the model: show it large weights as inputs of their shape (only
     # their shapes matter), and keep small initializers, which may be Reshape's target shapes.
@@ -64,5 +64,5 @@ def node_macs(node: onnx.NodeProto, shapes: dict[str, list]) -> int:
 
 def model_flops(model: onnx.ModelProto) -> int:
     """2 x the multiply-accumulates of the model's Conv, Gemm and MatMul nodes (top graph)."""
-    shapes = _shapes(model)
+    shapes = tensor_shapes(model)
     return 2 * sum(node_macs(node, shapes) for node in model.graph.node)

@@ -1,18 +1,21 @@
-"""The machine's measured fp32 FMA peak: the ceiling to read model GFLOP/s against.
+"""The machine's measured peaks: the ceilings to read a model's or a kernel's speed against.
 
 `measure_peak` compiles a tiny TIR kernel with TVM and times it. Each of `num_threads` threads
 (a `T.parallel` loop on TVM's thread pool) keeps ACC independent accumulators of one vector
-register each (16 lanes on AVX-512, 8 on AVX2) and runs `acc = acc * x + y` on all of them,
+register each (16 lanes on AVX-512, 8 on AVX2) and runs one product instruction on all of them,
 `iterations` times: the only loop-carried dependency is per accumulator, so with ACC at least
-latency x FMA ports (4 x 2 on current Xeons) the FMA units never wait. LLVM keeps the
+latency x ports the unit never waits. The product is that of the unit a precision runs on
+(`UNITS`): fp32 `vfmadd` (AVX-512, else AVX2), int8 `vpdpbusd` (AVX512-VNNI) or bf16
+`vdpbf16ps` (AVX512-BF16), or on AMX `tdpbusd` / `tdpbf16ps` on 2 x 2 C tiles. LLVM keeps the
 accumulators in registers for the whole loop, so the hot loop is nothing but register-only
-`vfmadd` (zmm on AVX-512, ymm on AVX2) and loop control. `measure_peak` checks that in the
+products and loop control. `measure_peak` checks that in the
 generated assembly before it trusts the figure (`Peak.hot_loop` holds the loop), and raises
 otherwise.
 
-This is a real peak, not a lower bound: fp32 FLOP/s as 2 x FMA lanes, the best of a few runs
-of about `duration` seconds each (wall clock). On a shared machine, best-of keeps the runs the
-neighbour slowed least. Nothing is cached: each call compiles and measures afresh.
+This is a real peak, not a lower bound: operations per second as 2 x the multiply-adds (fp32
+FLOP/s, or int8 / bf16 OP/s), the best of a few runs of about `duration` seconds each (wall
+clock). On a shared machine, best-of keeps the runs the neighbour slowed least. Nothing is
+cached: each call compiles and measures afresh.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from ..amx import AMX_COLUMNS, AMX_ROWS
 from ..errors import TvmFuseError
+from ..schedules.amx.machine import BF16, INT8
+from ..schedules.intrinsics import LLVM_INTRINSICS, bf16_llvm
 from ..target import (
     host_cores,
     isa_features,
@@ -36,50 +42,147 @@ from ..target import (
 )
 from ..threads import set_num_threads
 
-# ISA -> (feature it needs, lanes, accumulators, register): the widest vector FMA the target
-# has, and enough independent chains to hide its latency without spilling (32 zmm, 16 ymm).
-_KERNELS = {
-    "avx512": ("avx512f", 16, 16, "zmm"),
-    "avx2": ("fma", 8, 12, "ymm"),
+
+@dataclass(frozen=True)
+class Unit:
+    """A product instruction the peak kernel keeps busy: what it needs and what it does."""
+
+    isa: str
+    feature: str  # the ISA feature (`target.ISA_FEATURES`) it needs
+    lanes: int  # 32-bit accumulator lanes per register (an AMX C tile: 16 x 16)
+    accumulators: int  # independent chains: enough to hide its latency without spilling
+    register: str
+    mnemonic: str  # a regular expression of the instruction, as the assembly spells it
+    ops: int  # operations per instruction: 2 per multiply-add
+
+
+TILE = AMX_ROWS * AMX_COLUMNS  # accumulator lanes of an AMX C tile
+
+# Precision -> the units it may run on, the widest first. AMX: 2 x 2 C tiles (the other four
+# registers hold two A and two B tiles), each product a C tile += an A tile x a B tile.
+UNITS = {
+    "fp32": [Unit("avx512", "avx512f", 16, 16, "zmm", r"vfmadd\d+ps", 2 * 16),
+             Unit("avx2", "fma", 8, 12, "ymm", r"vfmadd\d+ps", 2 * 8)],
+    "int8": [Unit("amx_int8", "amx", TILE, 4, "tmm", "tdpbusd", 2 * TILE * INT8.depth),
+             Unit("avx512_vnni", "avx512_vnni", 16, 16, "zmm", "vpdpbusd", 2 * 16 * 4)],
+    "bf16": [Unit("amx_bf16", "amx_bf16", TILE, 4, "tmm", "tdpbf16ps", 2 * TILE * BF16.depth),
+             Unit("avx512_bf16", "avx512_bf16", 16, 16, "zmm", "vdpbf16ps", 2 * 16 * 2)],
 }
 
 
 @dataclass(frozen=True)
 class Peak:
-    gflops: float  # all threads
+    gflops: float  # giga-operations per second (FLOP/s in fp32), all threads
     per_core_gflops: float  # gflops / threads
-    isa: str  # "avx512" (zmm FMA) or "avx2" (ymm FMA)
+    isa: str  # the unit's name (`Unit.isa`): avx512 or avx2 (fp32 FMA), avx512_vnni, avx512_bf16, amx_int8, amx_bf16
     threads: int
     lanes: int
     accumulators: int
     seconds: float  # the best run
-    flops: int  # of one run
+    flops: int  # operations of one run
     method: str  # one line: how the figure was obtained
     target: str
     hot_loop: str  # the kernel's inner loop, as assembly
+    precision: str = "fp32"
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
 
 
-def _kernel(threads: int, acc: int, lanes: int):
+def _dtype(unit: Unit) -> str:
+    return "int32" if unit.feature in ("avx512_vnni", "amx") else "float32"
+
+
+def _tile_kernel(unit: Unit, threads: int):
+    """The AMX peak kernel: each thread configures 8 tiles of 16 rows of 64 bytes, loads its A
+    tiles with the word `x` and its B tiles with `y`, and runs `n` rounds of the 2 x 2 products."""
+    kind = INT8 if unit.feature == "amx" else BF16
+    row_bytes, dtype = AMX_COLUMNS * 4, _dtype(unit)
+
+    def tile(name, *args):
+        return T.call_llvm_intrin("void", name, *args)
+
+    def register(number):
+        return T.Cast("int8", number)
+
     @T.prim_func
-    def fma_peak(out: T.Buffer((threads, acc, lanes), "float32"), n: T.int32, x: T.float32, y: T.float32):
-        T.func_attr({"global_symbol": "fma_peak", "tir.noalias": True})
+    def peak(out: T.Buffer((threads, 4, TILE), dtype), n: T.int32, x: T.int32, y: T.int32):
+        T.func_attr({"global_symbol": "peak", "tir.noalias": True})
         for t in T.parallel(threads):
-            regs = T.alloc_buffer((acc, lanes), "float32", scope="local")
-            for a in T.unroll(acc):
-                for lane in T.vectorized(lanes):
-                    regs[a, lane] = T.Cast("float32", a * lanes + lane)
+            config = T.alloc_buffer((64,), "uint8", scope="local")
+            words = T.alloc_buffer((2, TILE), "int32", scope="local")
+            for i in range(64):  # palette 1; from byte 16 each tile's bytes per row, from 48 its rows
+                config[i] = T.uint8(0)
+            config[0] = T.uint8(1)
+            for r in T.unroll(8):
+                config[16 + 2 * r] = T.uint8(row_bytes)
+                config[48 + r] = T.uint8(AMX_ROWS)
+            for i in range(TILE):
+                words[0, i] = x
+                words[1, i] = y
+            T.evaluate(tile("llvm.x86.ldtilecfg", config.access_ptr("r")))
+            for c in T.unroll(4):
+                T.evaluate(tile("llvm.x86.tilezero", register(c)))
+            for r in T.unroll(4):  # A tiles 4 and 5 of x, B tiles 6 and 7 of y
+                T.evaluate(tile("llvm.x86.tileloadd64", register(4 + r), words.access_ptr("r", offset=r // 2 * TILE),
+                                T.int64(row_bytes)))
             for _ in range(n):
+                for c in T.unroll(4):
+                    T.evaluate(tile(kind.instruction, register(c), register(4 + c // 2), register(6 + c % 2)))
+            for c in T.unroll(4):
+                T.evaluate(tile("llvm.x86.tilestored64", register(c), out.access_ptr("w", offset=(t * 4 + c) * TILE),
+                                T.int64(row_bytes)))
+            T.evaluate(tile("llvm.x86.tilerelease"))
+
+    return peak
+
+
+def _kernel(unit: Unit, threads: int):
+    """The peak kernel of `unit`: `out[t]` = the accumulators of thread `t` after `n` products
+    with the scalars `x` and `y` (broadcast; the loop cannot fold them)."""
+    if unit.register == "tmm":
+        return _tile_kernel(unit, threads)
+    acc, lanes = unit.accumulators, unit.lanes
+    dtype = _dtype(unit)
+    vector = f"{dtype}x{lanes}"
+    if unit.feature == "avx512_vnni":
+        vpdpbusd = LLVM_INTRINSICS[lanes][0]
+
+        def product(regs, a, x, y):
+            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id(vpdpbusd), regs.vload([a, 0], dtype=vector),
+                                           T.reinterpret(T.broadcast(x, lanes), dtype=f"uint8x{4 * lanes}"),
+                                           T.reinterpret(T.broadcast(y, lanes), dtype=f"int8x{4 * lanes}"), dtype=vector)
+        llvm_ir = ""
+    elif unit.feature == "avx512_bf16":
+        function, llvm_ir = bf16_llvm(lanes, native=True)
+
+        def product(regs, a, x, y):
+            return T.call_pure_extern(vector, function, regs.vload([a, 0], dtype=vector),
+                                      T.broadcast(x, lanes), T.broadcast(y, lanes))
+    else:
+        llvm_ir = ""
+
+        def product(regs, a, x, y):
+            return regs.vload([a, 0], dtype=vector) * T.broadcast(T.reinterpret(x, dtype="float32"), lanes) \
+                + T.broadcast(T.reinterpret(y, dtype="float32"), lanes)
+
+    @T.prim_func
+    def peak(out: T.Buffer((threads, acc, lanes), dtype), n: T.int32, x: T.int32, y: T.int32):
+        T.func_attr({"global_symbol": "peak", "tir.noalias": True})
+        for t in T.parallel(threads):
+            with T.attr(0, "pragma_import_llvm", llvm_ir):
+                regs = T.alloc_buffer((acc, lanes), dtype, scope="local")
                 for a in T.unroll(acc):
                     for lane in T.vectorized(lanes):
-                        regs[a, lane] = regs[a, lane] * x + y
-            for a in T.unroll(acc):
-                for lane in T.vectorized(lanes):
-                    out[t, a, lane] = regs[a, lane]
+                        regs[a, lane] = T.Cast(dtype, a * lanes + lane)
+                for _ in range(n):
+                    for a in T.unroll(acc):
+                        regs[a, T.ramp(0, 1, lanes)] = product(regs, a, x, y)
+                for a in T.unroll(acc):
+                    for lane in T.vectorized(lanes):
+                        out[t, a, lane] = regs[a, lane]
 
-    return fma_peak
+    return peak
 
 
 def innermost_loops(asm: str) -> list[list[str]]:
@@ -99,50 +202,60 @@ def innermost_loops(asm: str) -> list[list[str]]:
     return loops
 
 
-def hot_loop(asm: str, register: str) -> str:
-    """The innermost loop of `asm` with the most FMAs on `register` (zmm, ymm) registers; raises
-    TvmFuseError unless it is register-only FMAs plus loop control (no loads, stores, spills)."""
-    fma = re.compile(rf"^vfmadd\d+ps\s+%{register}\d+, %{register}\d+, %{register}\d+$")
+def hot_loop(asm: str, register: str, mnemonic: str = r"vfmadd\d+ps") -> str:
+    """The innermost loop of `asm` with the most `mnemonic` instructions on `register` (zmm,
+    ymm, tmm) registers; raises TvmFuseError unless it is register-only products plus loop
+    control (no loads, stores, spills but the loop counter's)."""
+    product = re.compile(rf"^{mnemonic}\s+%{register}\d+, %{register}\d+, %{register}\d+$")
     loops = innermost_loops(asm)
     if not loops:
         raise TvmFuseError("no loop found in the peak kernel's assembly")
-    loop = max(loops, key=lambda ls: sum(bool(fma.match(line)) for line in ls))
+    loop = max(loops, key=lambda ls: sum(bool(product.match(line)) for line in ls))
     best = "\n".join(loop)
     body = [line for line in loop[1:] if line and not line.startswith(".")]
-    fmas = [line for line in body if fma.match(line)]
-    others = [line for line in body if not fma.match(line)]
-    loop_control = re.compile(r"^(add|sub|inc|dec|cmp)[lq]?\s|^j\w+\s")
-    if not fmas or any(not loop_control.match(line) for line in others):
-        raise TvmFuseError(f"the peak kernel's hot loop is not register-only {register} FMAs:\n{best}")
+    products = [line for line in body if product.match(line)]
+    others = [line for line in body if not product.match(line)]
+    # Loop control, the counter kept in a general register or on the stack.
+    loop_control = re.compile(r"^(add|sub|inc|dec|cmp)[lq]?\s|^j\w+\s|^mov[lq]\s+(-?\d*\(%rsp\), %\w+|%\w+, -?\d*\(%rsp\))$")
+    if not products or any(not loop_control.match(line) for line in others):
+        raise TvmFuseError(f"the peak kernel's hot loop is not register-only {register} {mnemonic}:\n{best}")
     return best.strip()
 
 
+def compiled_kernel(unit: Unit, threads: int, target: tvm.target.Target) -> tuple[tvm.runtime.Function, str]:
+    """`unit`'s peak kernel compiled for `target`, and its hot loop (`hot_loop`: checked)."""
+    module = tvm.compile(tvm.IRModule({"peak": _kernel(unit, threads)}), target=target).mod
+    asm = "\n".join(m.inspect_source("asm") for m in [module, *module.imports] if m.kind == "llvm")
+    return module["peak"], hot_loop(asm, unit.register, unit.mnemonic)
+
+
+# The kernel's scalars, as int32 bits: fp32 acc -> y / (1 - x) = 1 (no overflow, no denormals);
+# bf16 pairs of 2^-20, whose products a run sums to well under fp32's range; int8 wraps around.
+_OPERANDS = {"fp32": (np.float32(0.999).view(np.int32), np.float32(0.001).view(np.int32)),
+             "bf16": (0x35803580, 0x35803580), "int8": (0x01010101, 0x01010101)}
+
+
 def measure_peak(num_threads: int | None = None, target=None, duration: float = 0.05,
-                 repeat: int = 5) -> Peak:
-    """Measure the fp32 FMA peak over `num_threads` threads (default: one per core) with code
-    compiled for `target` (default: this machine): the best of `repeat` runs of about
-    `duration` seconds each. Sets TVM's thread pool to `num_threads` threads, as
-    `set_num_threads` does."""
+                 repeat: int = 5, precision: str = "fp32") -> Peak:
+    """Measure the peak of the unit `precision` runs on (`UNITS`) over `num_threads` threads
+    (default: one per core) with code compiled for `target` (default: this machine): the best
+    of `repeat` runs of about `duration` seconds each. Sets TVM's thread pool to `num_threads`
+    threads, as `set_num_threads` does."""
     threads = num_threads or host_cores()
     tvm_target = parse_target(target)
     features = isa_features(tvm_target)
     missing = missing_host_features(features)
     if missing:
         raise TvmFuseError(f"cannot measure a peak for a target this CPU cannot run (lacks {sorted(missing)})")
-    isa = next((name for name, (feature, *_) in _KERNELS.items() if feature in features), None)
-    if isa is None:
-        raise TvmFuseError(f"the target has neither AVX-512 nor FMA: {target_string(tvm_target, brief=True)}")
-    _, lanes, acc, register = _KERNELS[isa]
+    unit = next((unit for unit in UNITS[precision] if unit.feature in features), None)
+    if unit is None:
+        needs = " or ".join(unit.feature for unit in UNITS[precision])
+        raise TvmFuseError(f"the target has no {precision} unit ({needs}): {target_string(tvm_target, brief=True)}")
 
-    executable = tvm.compile(tvm.IRModule({"fma_peak": _kernel(threads, acc, lanes)}), target=tvm_target)
-    module = executable.mod
-    asm = "\n".join(m.inspect_source("asm") for m in [module, *module.imports] if m.kind == "llvm")
-    loop = hot_loop(asm, register)
-
-    kernel = module["fma_peak"]
-    out = tvm.runtime.tensor(np.zeros((threads, acc, lanes), "float32"))
+    kernel, loop = compiled_kernel(unit, threads, tvm_target)
+    out = tvm.runtime.tensor(np.zeros((threads, unit.accumulators, unit.lanes), _dtype(unit)))
     set_num_threads(threads)
-    x, y = 0.999, 0.001  # acc -> y / (1 - x) = 1: no overflow, no denormals
+    x, y = (int(value) for value in _OPERANDS[precision])
 
     def run(iterations: int) -> float:
         start = time.perf_counter()
@@ -157,12 +270,13 @@ def measure_peak(num_threads: int | None = None, target=None, duration: float = 
     best = min(run(iterations) for _ in range(max(1, repeat)))
     if not np.all(np.isfinite(out.numpy())):
         raise TvmFuseError("the peak kernel produced non-finite values")
-    flops = 2 * threads * acc * lanes * iterations
-    gflops = flops / best / 1e9
-    if not (gflops > 0 and math.isfinite(gflops)):
-        raise TvmFuseError(f"implausible peak {gflops} GFLOP/s")
-    method = (f"TVM TIR kernel: {threads} thread(s) x {acc} independent {lanes}-lane {register} FMA "
-              f"chains in registers, {iterations} iterations, best of {max(1, repeat)} runs of "
-              f"~{best * 1e3:.0f} ms (wall clock); FLOPs = 2 x lanes x FMAs")
-    return Peak(gflops, gflops / threads, isa, threads, lanes, acc, best, flops, method,
-                target_string(tvm_target, brief=True), loop)
+    ops = unit.ops * threads * unit.accumulators * iterations
+    gops = ops / best / 1e9
+    if not (gops > 0 and math.isfinite(gops)):
+        raise TvmFuseError(f"implausible peak {gops} GOP/s")
+    method = (f"TVM TIR kernel: {threads} thread(s) x {unit.accumulators} independent {unit.lanes}-lane "
+              f"{unit.register} {unit.mnemonic.replace(chr(92) + 'd+', '')} chains in registers, {iterations} "
+              f"iterations, best of {max(1, repeat)} runs of ~{best * 1e3:.0f} ms (wall clock); "
+              f"{unit.ops} operations per instruction (2 per multiply-add)")
+    return Peak(gops, gops / threads, unit.isa, threads, unit.lanes, unit.accumulators, best, ops, method,
+                target_string(tvm_target, brief=True), loop, precision)
