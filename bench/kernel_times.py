@@ -1,10 +1,11 @@
 """Time each kernel inside a real run of a model (not alone with warm or flushed caches):
 TVM's VM calls an instrument before and after every kernel call, and the median over runs of
 each call's wall time is reported, grouped by kernel. A kernel that computes ONNX Conv, Gemm or
-MatMul nodes (a matrix kernel) also gets its speed, 2 x the nodes' multiply-adds per second
-(the direct computation's: a Winograd kernel's may pass the peak), and that speed's share of
-the measured peak of the unit its precision runs on (`tvm_fuse.benchmarking.peak`, same thread
-count); what the run spends outside the matrix kernels is summed apart.
+MatMul nodes also gets its speed, 2 x the nodes' multiply-adds per second (the direct
+computation's: a Winograd kernel's may pass the peak), and, unless it is a depthwise conv (no
+product unit serves those), that speed's share of the measured peak of the unit its precision
+runs on (`tvm_fuse.benchmarking.peak`, same thread count): a matrix kernel. What the run spends
+outside the matrix kernels is summed apart.
 
     python bench/kernel_times.py resnet50 --runs 20 --top 15
     python bench/kernel_times.py resnet50 --int8    # calibrated on 16 random batches, as bench/models.py
@@ -74,17 +75,27 @@ def kernel_times(model: tvm_fuse.CompiledModel, runs: int, feed: dict | None = N
     return by_kernel
 
 
+DEPTHWISE = "depthwise"  # a kernel's "precision" when it is a depthwise conv: no product unit, no peak
+
+
+def _depthwise(node: onnx.NodeProto, shapes: dict) -> bool:
+    group = next((a.i for a in node.attribute if a.name == "group"), 1)
+    return node.op_type == "Conv" and group > 1 and group == shapes[node.input[0]][1]
+
+
 def kernel_ops(model: tvm_fuse.CompiledModel, source: onnx.ModelProto) -> dict[str, tuple[int, str]]:
     """Kernel name -> (2 x the multiply-adds of the ONNX Conv, Gemm and MatMul nodes its calls
-    compute in a run, its precision), for the kernels that compute any."""
+    compute in a run, its precision, or `DEPTHWISE`), for the kernels that compute any."""
     shapes = tensor_shapes(source)
     nodes = {node_label(node, i): node for i, node in enumerate(source.graph.node)}
     found: dict[str, tuple[int, str]] = {}
     for kernel in model.fusion_report()["kernels"]:
-        ops = 2 * sum(node_macs(nodes[label], shapes) for label in kernel["onnx_nodes"] if label in nodes)
+        computed = [nodes[label] for label in kernel["onnx_nodes"] if label in nodes]
+        ops = 2 * sum(node_macs(node, shapes) for node in computed)
         if ops:
             total, _ = found.get(kernel["name"], (0, ""))
-            found[kernel["name"]] = total + ops, kernel.get("precision", "fp32")
+            depthwise = all(_depthwise(node, shapes) for node in computed if node.op_type == "Conv")
+            found[kernel["name"]] = total + ops, DEPTHWISE if depthwise else kernel.get("precision", "fp32")
     return found
 
 
@@ -108,7 +119,7 @@ def table(name: str, label: str, threads: int, times: dict[str, list[float]], op
             row["gops"] = count / sum(t) / 1e6
             row["of_peak"] = row["gops"] / peaks[precision] if precision in peaks else None
         rows.append(row)
-    matrix = [r for r in rows if "gops" in r]
+    matrix = [r for r in rows if "gops" in r and ops[r["kernel"]][1] != DEPTHWISE]
     matrix_ms = sum(r["ms"] for r in matrix)
     matrix_ops = sum(ops[r["kernel"]][0] for r in matrix)
     summary = {"model": name, "precision": label, "threads": threads, "calls": sum(r["calls"] for r in matrix)}
@@ -155,7 +166,7 @@ def main() -> None:
                                    precision="fp32" if precision == "int8" else precision)
             ops = kernel_ops(model, source)
             label = "dynamic int8" if args.dynamic else precision
-            peaks = _peaks(model, [p for _, p in ops.values()], threads)
+            peaks = _peaks(model, [p for _, p in ops.values() if p != DEPTHWISE], threads)
             measured.update(peaks)
             rows = table(name, label, threads, kernel_times(model, args.runs, feed), ops, peaks)
             print(f"{name} {label}, {threads} thread(s): kernels sum to {sum(r['ms'] for r in rows[:-2]):.2f} ms per run")

@@ -154,9 +154,10 @@ KERNEL_TIMES = Table([
     key("model"), key("precision"), key("threads", format="{}"), key("kernel"), key("calls", format="{}"),
     key("ms", "ms per run", "{:.3f}"), percent("share", "share of the run"), key("gops", "GOP/s", "{:.0f}"),
     percent("of_peak", "of the unit's peak"),
-], "Each kernel's time inside a run (the median of its calls), the matrix kernels' speed as 2 x the "
-   "multiply-adds of the ONNX nodes they compute per second (a Winograd kernel's may pass the peak), and "
-   "that speed against the measured peak of the unit the precision runs on (fp32 FMA, VNNI, AVX512-BF16), "
+], "Each kernel's time inside a run (the median of its calls), the conv and dense kernels' speed as 2 x the "
+   "multiply-adds of the ONNX nodes they compute per second (a Winograd kernel's may pass the peak), and for "
+   "the matrix kernels (not depthwise) that speed against the measured peak of the unit the precision runs on "
+   "(fp32 FMA, VNNI, AVX512-BF16, AMX), "
    "same threads; then the matrix kernels together (against the peaks: their time at the peaks over the "
    "time taken) and the rest of the run.")
 
