@@ -94,7 +94,8 @@ def kernel_ops(model: tvm_fuse.CompiledModel, source: onnx.ModelProto) -> dict[s
         ops = 2 * sum(node_macs(node, shapes) for node in computed)
         if ops:
             total, _ = found.get(kernel["name"], (0, ""))
-            depthwise = all(_depthwise(node, shapes) for node in computed if node.op_type == "Conv")
+            convs = [node for node in computed if node.op_type == "Conv"]
+            depthwise = bool(convs) and all(_depthwise(node, shapes) for node in convs)
             found[kernel["name"]] = total + ops, DEPTHWISE if depthwise else kernel.get("precision", "fp32")
     return found
 
