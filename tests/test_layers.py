@@ -1,6 +1,6 @@
 """Layers only look down: each package or module of tvm_fuse imports only those of the layers
-below it, and the base (names, targets, errors, provenance) imports no layer. Read from each
-module's import statements (function-level imports included)."""
+below it, and the base (names, targets, errors, provenance, the records a model keeps) imports
+no layer. Read from each module's import statements (function-level imports included)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ LAYERS = [
     {"benchmarking"},
     {"cli"},
 ]
-BASE = ["amx", "ir_names", "errors", "provenance", "calibration_table", "target"]
+BASE = ["amx", "ir_names", "errors", "provenance", "calibration_table", "target", "tensor_info", "fusion_report",
+        "weights_file"]
 
 
 def _layer_of(name: str) -> int:
