@@ -18,6 +18,7 @@ from .benchmark import Latency, random_feed, time_runs
 from .errors import TvmFuseError
 from .feed import check_feed, exact_arrays, output_indices, static_signature
 from .fusion_report import FusionReport
+from .ir_names import TVM_ALIGNMENT
 from .streams import Streams
 from .target import missing_host_features
 from .tensor_info import TensorInfo
@@ -28,8 +29,6 @@ from .threads import (
     on_the_forking_thread,
     set_num_threads,
 )
-
-TVM_ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
 
 
 class CompiledModel:

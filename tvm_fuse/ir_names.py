@@ -1,7 +1,10 @@
 """The names our IR carries from one layer to another, each defined once: attributes that the
 importer, the passes, the compute definitions and the schedules write and read, TVM's op-pattern
 kind of our kernels, and the schedule rules a kernel's anchor block names (the keys of
-`tvm_fuse.schedules.RULES`)."""
+`tvm_fuse.schedules.RULES`); and the alignment TVM's kernels assume of every tensor."""
+
+# Bytes: TVM allocates every tensor's data so aligned, and its kernels assume it of their arguments.
+TVM_ALIGNMENT = 64
 
 # -- Relax composite functions (the fusion table's matches) ----------------------------------
 PATTERN_ATTR = "tvm_fuse.pattern"  # the chain that matched, e.g. conv2d+bias+relu

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-ALIGNMENT = 64  # bytes: TVM's kernels assume their tensors' data starts so aligned
+from .ir_names import TVM_ALIGNMENT
 
 
 def _raw_bytes(tensor: tvm.runtime.Tensor) -> np.ndarray:
@@ -26,7 +26,7 @@ def write(path: Path, tensors) -> list[dict]:
     entries, offset = [], 0
     with open(path, "wb") as stream:
         for tensor in tensors:
-            offset = -(-offset // ALIGNMENT) * ALIGNMENT
+            offset = -(-offset // TVM_ALIGNMENT) * TVM_ALIGNMENT
             stream.seek(offset)
             data = _raw_bytes(tensor)
             stream.write(data)
@@ -45,7 +45,7 @@ def read(path: Path, entries: list[dict]) -> list[tvm.runtime.Tensor]:
         dtype = tvm.runtime.DataType(entry["dtype"])
         nbytes = int(np.prod(entry["shape"], dtype=np.int64)) * dtype.itemsize
         start = entry["offset"]
-        if start % ALIGNMENT or start + nbytes > mapped.size:
+        if start % TVM_ALIGNMENT or start + nbytes > mapped.size:
             raise ValueError(f"{path} does not hold a weight of {nbytes} bytes at offset {start}")
         raw = tvm.runtime.from_dlpack(mapped[start:start + nbytes])
         tensors.append(raw._create_view(entry["shape"], entry["dtype"]))

@@ -10,7 +10,7 @@ Runs on the VM's form of each function (after CallTIRRewrite: a kernel writes in
 as a use of the buffer it views. A concat is left as it is unless it is a plain concat
 (`CONCAT_AXIS_ATTR`), each input is a buffer of its own that a kernel of the same block
 writes first (as its output: kernels here write only their last argument), and every slice
-starts a multiple of `ALIGNMENT` bytes into the buffer. A slice is a tensor like any other to
+starts a multiple of `TVM_ALIGNMENT` bytes into the buffer. A slice is a tensor like any other to
 the kernels that read it later, and to the caller if it is returned."""
 
 from __future__ import annotations
@@ -21,13 +21,8 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.op.memory import ensure_zero_offset, view
 
-from ..ir_names import CONCAT_AXIS_ATTR
+from ..ir_names import CONCAT_AXIS_ATTR, TVM_ALIGNMENT
 from .relax_helpers import static_shape
-
-# Bytes. A slice must start on TVM's allocation alignment: `vm.builtin.ensure_zero_offset`
-# copies a view at any other offset (the writes would miss the buffer), and kernels assume
-# aligned buffers.
-ALIGNMENT = 64
 
 Slices = dict[relax.Var, tuple[relax.Var, int]]  # alloc -> (buffer it lies in, byte offset)
 
@@ -104,7 +99,9 @@ def _offsets(block: _Block, inputs: list, output: relax.Var, axis: int, pos: int
     for var in inputs:
         offsets.append(offset)
         offset += static_shape(var)[axis] * inner_bytes
-    return offsets if all(o % ALIGNMENT == 0 for o in offsets) else None
+    # `vm.builtin.ensure_zero_offset` copies a view at an unaligned offset (the writes would miss
+    # the buffer), and kernels assume aligned buffers.
+    return offsets if all(o % TVM_ALIGNMENT == 0 for o in offsets) else None
 
 
 def _rewrite(block: _Block, slices: Slices, removed: set[int]) -> list:
