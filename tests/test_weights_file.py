@@ -14,7 +14,8 @@ from tvm_fuse.ir_names import TVM_ALIGNMENT
 def _tensors():
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal((3, 5, 7)).astype(np.float32), rng.integers(-128, 128, (33,), dtype=np.int8),
-              rng.integers(0, 1 << 30, (2, 3), dtype=np.int32)]
+              rng.integers(0, 1 << 30, (2, 3), dtype=np.int32), rng.integers(-9, 9, (5,), dtype=np.int64),
+              rng.random((7,)) < 0.5]
     bf16 = tvm.runtime.empty((4, 9), "bfloat16")
     bf16.copyfrom(rng.standard_normal((4, 9)).astype(ml_dtypes.bfloat16))
     return [tvm.runtime.tensor(a) for a in arrays] + [bf16]
