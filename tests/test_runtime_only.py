@@ -68,3 +68,12 @@ def test_a_runtime_only_process_serves_exports_bit_identical_without_the_compile
     assert not report["compiler_mapped"]
     assert {m.removeprefix("tvm_fuse.") for m in report["modules"]} <= RUNTIME_MODULES
     assert "TVM_USE_RUNTIME_LIB=1" in report["refusal"] and "tvm_fuse.load the export" in report["refusal"]
+
+
+def test_the_command_line_says_it_needs_the_compiler():
+    done = subprocess.run([sys.executable, "-c", "from tvm_fuse.cli import main; main()", "run", "model.so"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"})
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "tvm-fuse needs TVM's compiler, and this process loads TVM's runtime alone (TVM_USE_RUNTIME_LIB=1): "
+        "unset it to run tvm-fuse; tvm_fuse.load serves exports with it set"]

@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tvm.base import _RUNTIME_ONLY
+
+if _RUNTIME_ONLY:  # every command may compile; exports are served in Python (`tvm_fuse.load`)
+    raise SystemExit("tvm-fuse needs TVM's compiler, and this process loads TVM's runtime alone "
+                     "(TVM_USE_RUNTIME_LIB=1): unset it to run tvm-fuse; tvm_fuse.load serves exports with it set")
 
 from . import api, artifact, build_timings, cache
 from .benchmark import random_feed
