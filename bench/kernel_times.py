@@ -100,12 +100,13 @@ def kernel_ops(model: tvm_fuse.CompiledModel, source: onnx.ModelProto) -> dict[s
     return found
 
 
-def _peaks(model: tvm_fuse.CompiledModel, precisions, threads: int) -> dict[str, float]:
-    """Precision -> GOP/s of the unit it runs on here (AMX's where the build uses it), where
-    this host has one."""
+def _measure_peaks(measured: dict[str, float], precisions, threads: int) -> None:
+    """Add to `measured` the GOP/s of the unit each of `precisions` runs on here (AMX's where
+    the host has it), once per precision and only where this host has such a unit."""
     features = tvm_fuse.host_features()
-    return {p: measure_peak(threads, precision=p).gflops for p in set(precisions)
-            if any(unit.feature in features for unit in UNITS[p])}
+    for precision in set(precisions) - measured.keys():
+        if any(unit.feature in features for unit in UNITS[precision]):
+            measured[precision] = measure_peak(threads, precision=precision).gflops
 
 
 def table(name: str, label: str, threads: int, times: dict[str, list[float]], ops: dict, peaks: dict) -> list[dict]:
@@ -167,9 +168,8 @@ def main() -> None:
                                    precision="fp32" if precision == "int8" else precision)
             ops = kernel_ops(model, source)
             label = "dynamic int8" if args.dynamic else precision
-            peaks = _peaks(model, [p for _, p in ops.values() if p != DEPTHWISE], threads)
-            measured.update(peaks)
-            rows = table(name, label, threads, kernel_times(model, args.runs, feed), ops, peaks)
+            _measure_peaks(measured, [p for _, p in ops.values() if p != DEPTHWISE], threads)
+            rows = table(name, label, threads, kernel_times(model, args.runs, feed), ops, measured)
             print(f"{name} {label}, {threads} thread(s): kernels sum to {sum(r['ms'] for r in rows[:-2]):.2f} ms per run")
             print(tables.markdown(rows[:args.top] + rows[-2:], replace(tables.KERNEL_TIMES, note="")))
             saved += rows[:TOP_SAVED] + rows[-2:]
