@@ -171,7 +171,7 @@ def main() -> None:
             _measure_peaks(measured, [p for _, p in ops.values() if p != DEPTHWISE], threads)
             rows = table(name, label, threads, kernel_times(model, args.runs, feed), ops, measured)
             print(f"{name} {label}, {threads} thread(s): kernels sum to {sum(r['ms'] for r in rows[:-2]):.2f} ms per run")
-            print(tables.markdown(rows[:args.top] + rows[-2:], replace(tables.KERNEL_TIMES, note="")))
+            print(tables.markdown(rows[:-2][:args.top] + rows[-2:], replace(tables.KERNEL_TIMES, note="")))
             saved += rows[:TOP_SAVED] + rows[-2:]
     print(tables.KERNEL_TIMES.note)
     peaks = ", ".join(f"{precision} {gops:.0f} GOP/s" for precision, gops in sorted(measured.items()))
