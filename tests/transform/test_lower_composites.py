@@ -85,14 +85,15 @@ def test_3x3_convs_large_enough_run_as_winograd_and_compute_the_same(side, kerne
     np.testing.assert_allclose(_run(fused, target, [x]), reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())
 
 
-def test_a_single_channel_3x3_conv_runs_direct():
-    # Winograd saves work in the channel reduction, which one channel lacks; its one-lane
-    # transforms took LLVM minutes to compile at batch 2.
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_3x3_conv_of_few_input_channels_runs_direct(channels):
+    # Winograd saves work in the channel reduction, which a grey or RGB stem barely has; one
+    # channel's one-lane transforms also took LLVM minutes to compile at batch 2.
     def build(bb, x):
-        weight = relax.const(np.random.default_rng(4).standard_normal((16, 1, 3, 3)).astype("float32"))
+        weight = relax.const(np.random.default_rng(4).standard_normal((16, channels, 3, 3)).astype("float32"))
         return bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, weight, padding=1))))
 
-    (call,) = kernel_calls(optimize(module({"x": (2, 1, 32, 100)}, build), parse_target("llvm")))
+    (call,) = kernel_calls(optimize(module({"x": (2, channels, 32, 100)}, build), parse_target("llvm")))
     assert call.args[0].name_hint.startswith("conv2d")
 
 

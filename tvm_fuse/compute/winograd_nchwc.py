@@ -27,6 +27,10 @@ KERNEL = 3
 # F(4x4) was 1.7x faster from 28x28 up, F(2x2) 1.3x at 14x14, and neither paid at 7x7, where
 # the transformed weights (alpha^2 / 9 times the direct conv's) dominate the traffic.
 TILE_BY_OUTPUT_SIDE = ((24, 4), (12, 2))
+# Winograd saves work in the reduction over input channels, while its transforms cost as much
+# per channel and tile whatever the reduction: below this many input channels (an RGB stem) the
+# direct conv was faster (3 -> 64 channels at 224x224, fp32: 2.2x; 8 channels: even).
+MIN_INPUT_CHANNELS = 8
 
 
 def choose_tile(out_h: int, out_w: int, table=TILE_BY_OUTPUT_SIDE) -> int | None:

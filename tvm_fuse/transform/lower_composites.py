@@ -27,6 +27,7 @@ from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
 from ..compute.winograd_nchwc import (
     KERNEL,
+    MIN_INPUT_CHANNELS,
     TILE_BY_OUTPUT_SIDE,
     choose_tile,
     conv2d_winograd_nchwc,
@@ -102,17 +103,17 @@ def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -
 
 
 def winograd_tile(conv: relax.Call, table=TILE_BY_OUTPUT_SIDE) -> int | None:
-    """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv (`choose_tile` in
-    `table`)."""
+    """The Winograd tile for a blocked, dense, stride-1 undilated 3x3 conv of at least
+    `MIN_INPUT_CHANNELS` input channels (`choose_tile` in `table`)."""
     attrs = conv.attrs
     data, weight = (None if arg.ty.shape is None else list(arg.ty.shape) for arg in conv.args)
     if (str(attrs.data_layout) in ("NCW", "NCHW") or int(attrs.groups) != 1 or weight is None
             or [int(d) for d in weight[2:4]] != [KERNEL, KERNEL]
             or any(int(s) != 1 for s in attrs.strides) or any(int(d) != 1 for d in attrs.dilation)):
         return None
-    if len(data) == 5 and int(data[1]) * int(data[4]) == 1:
-        # One input channel: nothing to save in the channel reduction, and the one-lane
-        # transforms took LLVM minutes to compile (the CRNN stem at batch 2: 350 s).
+    if len(data) == 5 and int(data[1]) * int(data[4]) < MIN_INPUT_CHANNELS:
+        # Also, one channel's one-lane transforms took LLVM minutes to compile (the CRNN stem
+        # at batch 2: 350 s).
         return None
     top, left, bottom, right = (int(p) for p in attrs.padding)
     return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1, table)
