@@ -159,7 +159,8 @@ KERNEL_TIMES = Table([
    "the matrix kernels (not depthwise) that speed against the measured peak of the unit the precision runs on "
    "(fp32 FMA, VNNI, AVX512-BF16, AMX), "
    "same threads; then the matrix kernels together (against the peaks: their time at the peaks over the "
-   "time taken) and the rest of the run.")
+   "time taken), the rest of the run, and a run without the instrument (which adds under a microsecond to "
+   "each call's figure).")
 
 # bench/build_times.py
 BUILD_TIMES = Table([
