@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
+from ..compute.conv import WIDE_ROW
 from .common import (
     accumulate_in_registers,
     accumulator_budget,
@@ -43,7 +44,7 @@ def default_register_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, 
     # Up to 28 accumulators leaves registers for the weight vectors; wide rows take more
     # channel blocks. Over the benchmark CNNs' convs this lands within 8% of the best knobs
     # measured per layer (AVX-512).
-    channel_tile = divisor(chunks, (4, 2, 1) if width >= 28 else (2, 1))
+    channel_tile = divisor(chunks, (4, 2, 1) if width >= WIDE_ROW else (2, 1))
     return divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile
 
 

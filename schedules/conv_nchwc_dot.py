@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
+from ..compute.conv import WIDE_ROW
 from .common import (
     accumulate_in_registers,
     accumulator_budget,
@@ -56,7 +57,7 @@ def default_dot_product_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[in
     (bf16, Zen 5)."""
     loops = sch.get_loops(block)
     chunks, width = (static_extent(sch.get(loops[axis]).extent) for axis in (1, 3))
-    if width >= 28 and width % 4 == 0:
+    if width >= WIDE_ROW and width % 4 == 0:
         if chunks % 4:
             return fullest_tile(width, chunks, accumulator_budget(lanes, 28))
         if width % 14 == 0 and _tile_weight_bytes(sch, block, 4) > _TILE_WEIGHT_BYTES \

@@ -40,7 +40,8 @@ def test_rounding_to_bf16_is_to_nearest_even():
 @pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.bf16), False])
 @pytest.mark.parametrize("channels, kernel, stride, pad, out_block, size, out_channels",
                          [(32, 3, 1, 1, 16, 10, 32), (16, 3, 2, 1, 16, 11, 32), (32, 1, 1, 0, 16, 14, 64),
-                          (32, 1, 1, 0, 8, 10, 24)])
+                          (32, 1, 1, 0, 8, 10, 24),
+                          (32, 1, 1, 0, 16, 29, 32), (16, 3, 2, 1, 16, 58, 32)])  # rows of 29 computed to 30
 def test_bf16_conv_equals_the_convolution_of_the_rounded_operands(native, channels, kernel, stride, pad,
                                                                    out_block, size, out_channels):
     rng = np.random.default_rng(0)

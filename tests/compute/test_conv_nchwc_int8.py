@@ -39,7 +39,9 @@ def _reference(data, weight, stride, pad, zero_point):
                           (16, 3, 1, 1, 3, 8, 10, 32, None),
                           (512, 1, 1, 0, 0, 16, 28, 64, (14, 2)),  # 32 KB of weights per 4 x 4 tile
                           (128, 3, 2, 1, 0, 16, 56, 64, (14, 2)),  # strided
-                          (64, 3, 1, 1, 0, 16, 28, 64, (4, 4))])  # stride 1: rows shared by taps
+                          (64, 3, 1, 1, 0, 16, 28, 64, (4, 4)),  # stride 1: rows shared by taps
+                          (32, 1, 1, 0, 7, 16, 29, 32, (10, 2)),  # rows of 29 computed to 30
+                          (16, 3, 2, 1, 128, 16, 58, 32, (10, 2))])
 def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out_block, size, out_channels, tile):
     """Output channels in blocks of 16 (zmm accumulators) or of 8 (ymm, as 24-channel layers);
     `tile`: the default register tile (width x channel blocks) expected, where it matters."""

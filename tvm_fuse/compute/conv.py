@@ -10,22 +10,29 @@ from ..ir_names import CONV_NCHW_RULE, SCHEDULE_RULE
 
 
 def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing: int = 0, pad_value=0.0,
-                   round_output=None):
+                   round_output=None, clamp_rounded: bool = False):
     """A window sliding over `data`'s spatial axes (those after N and C, but the last
     `trailing`, such as NCHWc's channel block): the input padded with `pad_value`, the output
     size, one reduction axis per kernel axis, and `at(y)`, the input position output `y` reads
     at the current kernel tap. `padding` lists the leading pads of every spatial axis, then the
     trailing ones (Relax's order: top, left, bottom, right for 2-D). `round_output`: a function
     of the output size to a larger one, which the caller computes (`crop` cuts it to the conv's):
-    the input is padded after each axis for it. The output size returned is the conv's."""
+    the input is padded after each axis for it, or with `clamp_rounded` the outputs past the
+    conv's read its last input position instead (a conv that reads each input as a scalar,
+    which then needs no padded copy where the conv has no padding). The output size returned is
+    the conv's."""
     rank = len(kernel)
     before, after = list(padding[:rank]), list(padding[rank:])
     spatial = data.shape[2:len(data.shape) - trailing]
     out_size = [(spatial[a] + before[a] + after[a] - dilation[a] * (kernel[a] - 1) - 1) // strides[a] + 1
                 for a in range(rank)]
+    last = [spatial[a] + before[a] + after[a] - 1 for a in range(rank)]
+    clamped = []
     if round_output is not None:
         for a, (size, rounded) in enumerate(zip(out_size, round_output(out_size))):
-            if rounded is not size:
+            if rounded is not size and clamp_rounded:
+                clamped.append(a)
+            elif rounded is not size:
                 after[a] += (rounded - int(size)) * strides[a]
     padded = data
     if any(before + after):
@@ -34,7 +41,8 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
     taps = [te.reduce_axis((0, kernel[a]), name=f"k{a}") for a in range(rank)]
 
     def at(y):
-        return [y[a] * strides[a] + taps[a] * dilation[a] for a in range(rank)]
+        position = [y[a] * strides[a] + taps[a] * dilation[a] for a in range(rank)]
+        return [te.min(p, last[a]) if a in clamped else p for a, p in enumerate(position)]
 
     return padded, out_size, taps, at
 
@@ -137,6 +145,21 @@ def whole_vector_width(width) -> int | None:
     if granule is None or width % granule == 0:
         return None
     return -(-width // granule) * granule
+
+
+WIDE_ROW = 28  # an NCHW{c}c conv's output row this wide or wider takes register tiles of 4 channel blocks
+TILE_WIDTHS = range(4, 8)  # pixels of a row in such a tile: 16 to 28 accumulators
+
+
+def tileable_output(size) -> tuple:
+    """The (rows, width) an NCHW{c}c conv computes, of which its `size` is cut (`crop`): a wide row
+    that no tile width divides (38, 111, a prime) rounded up to the next that one does, which
+    would otherwise take tiles of 1-3 pixels, too few accumulators to hide the FMAs' latency."""
+    rows, width = size
+    if not isinstance(width, int | tvm.tirx.IntImm) or int(width) < WIDE_ROW:
+        return rows, width
+    rounded = next(w for w in range(int(width), int(width) + max(TILE_WIDTHS)) if any(w % t == 0 for t in TILE_WIDTHS))
+    return rows, width if rounded == int(width) else rounded
 
 
 def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int) -> te.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm import te
 
 from ..ir_names import CONV_NCHWC_RULE, DEPTHWISE_NCHWC_RULE, SCHEDULE_RULE
-from .conv import sliding_window
+from .conv import crop, sliding_window, tileable_output
 
 
 def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, groups: int = 1) -> te.Tensor:
@@ -17,7 +17,8 @@ def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation,
     * w[oc, ic, ky, kx, ib, ob]`, g the group of output block `oc` and IC the input blocks per
     group (all, for one group)."""
     out_chunks, in_chunks, kernel_h, kernel_w, in_block, out_block = weight.shape
-    padded, (out_h, out_w), taps, at = sliding_window(data, (kernel_h, kernel_w), strides, padding, dilation, 1)
+    padded, (out_h, out_w), taps, at = sliding_window(data, (kernel_h, kernel_w), strides, padding, dilation, 1,
+                                                      round_output=tileable_output, clamp_rounded=True)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     ib = te.reduce_axis((0, in_block), name="ib")
     out_per_group = out_chunks // groups
@@ -27,8 +28,9 @@ def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation,
         pixel = padded[(n, chunk, *at((y, x)), ib)]
         return te.sum(pixel * weight[(oc, ic, *taps, ib, ob)], axis=[ic, *taps, ib])
 
-    return te.compute((data.shape[0], out_chunks, out_h, out_w, out_block), value, name="conv",
-                      attrs={SCHEDULE_RULE: CONV_NCHWC_RULE})
+    out = te.compute((data.shape[0], out_chunks, *tileable_output((out_h, out_w)), out_block), value, name="conv",
+                     attrs={SCHEDULE_RULE: CONV_NCHWC_RULE})
+    return crop(out, (out_h, out_w))
 
 
 def depthwise_conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides, padding, dilation) -> te.Tensor:

@@ -11,7 +11,7 @@ from tvm import te, tirx
 from ..amx import amx_conv_attrs, amx_conv_output
 from ..ir_names import CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index
+from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index, tileable_output
 
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
 
@@ -35,10 +35,10 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_pairs) * PAIR // int(data.shape[-1])
     if group > 1 and int(data.shape[1]) % group == 0:
         data = merge_channel_blocks(data, group)
-    rounding = amx_conv_output if amx else None
+    rounding = amx_conv_output if amx else tileable_output
     padded, (out_h, out_w), taps, at = sliding_window(
         _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1,
-        round_output=rounding)
+        round_output=rounding, clamp_rounded=not amx)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     ip = te.reduce_axis((0, in_pairs), name="ip")
     p = te.reduce_axis((0, pair), name="p")
@@ -50,7 +50,7 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR: "vdpbf16ps" if native else "portable"}
-    computed = rounding((out_h, out_w)) if amx else (out_h, out_w)
+    computed = rounding((out_h, out_w))
     out = te.compute((data.shape[0], weight_chunks // tiles, *computed, out_block), value, name="conv", attrs=attrs)
     return crop(out, (out_h, out_w))
 

@@ -9,7 +9,7 @@ from tvm import te
 
 from ..amx import amx_conv_attrs, amx_conv_output
 from ..ir_names import CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
-from .conv import crop, merge_channel_blocks, sliding_window
+from .conv import crop, merge_channel_blocks, sliding_window, tileable_output
 
 QUAD = 4  # input channels per 32-bit word of a VNNI dot product
 OUT_BLOCK = 16  # s32 lanes of a zmm register
@@ -30,10 +30,10 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     group = int(in_quads) * QUAD // int(data.shape[-1])
     if group > 1:
         data = merge_channel_blocks(data, group)
-    rounding = amx_conv_output if amx else None
+    rounding = amx_conv_output if amx else tileable_output
     padded, (out_h, out_w), taps, at = sliding_window(
         data, (kernel_h, kernel_w), strides, padding, dilation, 1, pad_value=data_zero_point,
-        round_output=rounding)
+        round_output=rounding, clamp_rounded=not amx)
     ic = te.reduce_axis((0, in_chunks), name="ic")
     iq = te.reduce_axis((0, in_quads), name="iq")
     q = te.reduce_axis((0, quad), name="q")
@@ -44,6 +44,6 @@ def conv2d_nchwc_int8(data: te.Tensor, weight: te.Tensor, strides, padding, dila
 
     attrs = amx_conv_attrs(strides, dilation) if amx else \
         {SCHEDULE_RULE: CONV_NCHWC_INT8_RULE, DOT_PRODUCT_ATTR: "vnni" if vnni else "avx512"}
-    computed = rounding((out_h, out_w)) if amx else (out_h, out_w)
+    computed = rounding((out_h, out_w))
     out = te.compute((data.shape[0], out_chunks, *computed, out_block), value, name="conv", attrs=attrs)
     return crop(out, (out_h, out_w))
