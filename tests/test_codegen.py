@@ -41,3 +41,26 @@ def test_a_model_compiled_on_two_cores_runs_and_exports(tmp_path, monkeypatch):
     loaded = tvm_fuse.load(built.export(tmp_path / "squeezenet.so"))
     assert_close(built.run(None, feed), ort_outputs(model, feed))
     assert np.array_equal(loaded.run(None, feed)[0], built.run(None, feed)[0])
+
+
+def test_a_weight_several_calls_read_is_one_tensor_and_one_entry_of_the_export(tmp_path):
+    """An unrolled recurrence reads one weight at every step; each step's kernel gets its own
+    packed copy, which must not stay a copy each (a CRNN's 20 MB of weights were 275 MB, and
+    each step read its own copy from memory)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    other = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "v")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h1"]), helper.make_node("Tanh", ["h1"], ["t1"]),
+             helper.make_node("MatMul", ["t1", "w"], ["h2"]), helper.make_node("Tanh", ["h2"], ["t2"]),
+             helper.make_node("MatMul", ["t2", "w"], ["h3"]), helper.make_node("MatMul", ["h3", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "steps", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [weight, other])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    built = tvm_fuse.build(model)
+    assert len(built._weights) == 2, [w.shape for w in built._weights]  # w once, v once
+    feed = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+    assert_close(built.run(None, feed), ort_outputs(model, feed))
+    built.export(tmp_path / "steps.so")
+    assert_close(tvm_fuse.load(tmp_path / "steps.so").run(None, feed), ort_outputs(model, feed))

@@ -10,7 +10,8 @@ generation and link (`relax.vm_build`), for a CPU target without external librar
 
 `weights_apart` makes the model's weights parameters of its `main` instead of constants of the
 executable: the VM then copies none of them when a library loads (an exported model's weights
-are a file of their own, mapped, `artifact`), and the library holds only code.
+are a file of their own, mapped, `artifact`), and the library holds only code. Constants of
+equal contents become one parameter, as the VM's constant pool kept them once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
 from tvm.relax import _ffi_api as relax_ffi
@@ -51,18 +53,33 @@ def _kernel_modules(mod: tvm.IRModule, parts: int) -> list[tvm.IRModule]:
 
 @mutator
 class _ConstantsToParameters(PyExprMutator):
-    """Each constant tensor (not a scalar) to a new variable, in `parameters`."""
+    """Each constant tensor (not a scalar) to a variable, in `parameters`, one for all the
+    constants of the same contents: a weight that several calls read, each through its own copy
+    (an unrolled LSTM's per step, each packed for its kernel), is then one tensor in memory, as
+    TVM's VM made it of equal constants."""
 
     def __init__(self):
         super().__init__()
-        self.parameters: dict[GenericConst, relax.Var] = {}
+        self.parameters: dict[relax.Var, tvm.runtime.Tensor] = {}
+        self._lifted: dict[GenericConst, relax.Var] = {}
+        self._by_contents: dict[int, list[relax.Var]] = {}
 
     def visit_generic_const_(self, constant: GenericConst) -> relax.Expr:
         if not isinstance(constant.ty, relax.TensorType) or constant.ty.ndim == 0:
             return constant
-        if constant not in self.parameters:
-            self.parameters[constant] = relax.Var(f"weight{len(self.parameters)}", constant.ty)
-        return self.parameters[constant]
+        if constant not in self._lifted:
+            self._lifted[constant] = self._parameter(constant.value, constant.ty)
+        return self._lifted[constant]
+
+    def _parameter(self, value: tvm.runtime.Tensor, ty) -> relax.Var:
+        same = self._by_contents.setdefault(tvm_ffi.structural_hash(value), [])
+        for var in same:
+            if tvm_ffi.structural_equal(self.parameters[var], value):
+                return var
+        var = relax.Var(f"weight{len(self.parameters)}", ty)
+        self.parameters[var] = value
+        same.append(var)
+        return var
 
 
 def weights_apart(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tvm.runtime.Tensor]]:
@@ -72,9 +89,9 @@ def weights_apart(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tvm.runtime.Ten
     lift = _ConstantsToParameters()
     body = lift.visit_expr(main.body)
     updated = mod.clone()
-    updated["main"] = relax.Function([*main.params, *lift.parameters.values()], body, main.ret_ty,
+    updated["main"] = relax.Function([*main.params, *lift.parameters], body, main.ret_ty,
                                      main.is_pure, main.attrs, main.span)
-    return updated, [constant.value for constant in lift.parameters]
+    return updated, list(lift.parameters.values())
 
 
 def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) -> relax.VMExecutable:
