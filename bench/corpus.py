@@ -9,7 +9,10 @@ package uses, and timed beside ONNX Runtime and OpenVINO f32 in one process.
 Each model runs in a process of its own, so that one that crashes or builds past `--timeout`
 seconds is reported as such and the rest still run. A model matches when each output is within 1e-3 of its largest magnitude (float16 outputs:
 2^-9, four roundings of float16 at the top of its range; integer outputs: equal). Refused models print the error that refused them. Ratios: ONNX Runtime's (or OpenVINO's)
-median time over ours, above 1 when we are faster; geomeans over the models timed.
+median time over ours, above 1 when we are faster; geomeans over the models timed. "weights /
+ONNX": the bytes of weights the build holds over the model's own (fp16 weights held as fp32 and
+Winograd's transformed weights make it 2-4x); the summary names any model above 4.5x, whose
+weights are held more than once.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 import tvm_fuse
 from tvm_fuse.benchmarking.compare import OpenVINOSession, onnxruntime_session, time_alternating
@@ -79,6 +83,7 @@ def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool
     except tvm_fuse.TvmFuseError as refused:
         return {**row, "status": "refused", "error": " ".join(str(refused).split())[:300]}
     row["build_s"] = time.perf_counter() - started
+    row["weights_ratio"] = weights_ratio(compiled, model)
     session = onnxruntime_session(model, threads)
     try:
         reference = session.run(None, feed)
@@ -100,7 +105,18 @@ def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool
     return row
 
 
+def weights_ratio(compiled: tvm_fuse.CompiledModel, model: onnx.ModelProto) -> float:
+    """The bytes of weights the built model holds over the ONNX model's (its initializers and
+    Constant nodes): packing pads a little, Winograd's transformed weights are up to 4x (F(4x4));
+    beyond that, weights are held more than once (an unrolled recurrence's, once per step)."""
+    tensors = [*model.graph.initializer,
+               *(a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value")]
+    held = sum(np.from_dlpack(w).nbytes for w in compiled._weights)
+    return held / max(1, sum(numpy_helper.to_array(t).nbytes for t in tensors))
+
+
 ROW = "corpus-row: "
+WEIGHTS_RATIO_LIMIT = 4.5  # above Winograd F(4x4)'s 4x
 
 
 def _in_child(name: str, args) -> dict:
@@ -130,6 +146,9 @@ def summary(rows: list[dict]) -> str:
     if with_ov:
         text += f", OpenVINO / ours {tables.geomean(r['openvino_ms'] / r['ours_ms'] for r in with_ov):.2f} over " \
                 f"{len(with_ov)}."
+    doubled = [r["name"] for r in rows if r.get("weights_ratio", 0) > WEIGHTS_RATIO_LIMIT]
+    if doubled:
+        text += f" Weights held above {WEIGHTS_RATIO_LIMIT}x their ONNX initializers: {', '.join(doubled)}."
     return text
 
 
