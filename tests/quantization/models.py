@@ -175,3 +175,30 @@ def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
                         activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
                         weight_type=QuantType.QInt8)
         return onnx.load(target)
+
+
+def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0):
+    """YOLOv8's C2f: x -> conv1x1 + relu -> Split into halves a, b -> b through two conv3x3
+    (+ relu; the second adds b) -> Concat(a, b, m) -> conv1x1 (y)."""
+    rng = np.random.default_rng(seed)
+    c = channels
+
+    def weight(name, out, inp, k):
+        return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
+                                       .astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="cv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Split", ["r1"], ["a", "b"], name="split", axis=1, num_outputs=2),
+        helper.make_node("Conv", ["b", "w2"], ["c2"], name="m.cv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"], name="m.cv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c3", "b"], ["m"], name="add"),
+        helper.make_node("Concat", ["a", "b", "m"], ["cat"], name="concat", axis=1),
+        helper.make_node("Conv", ["cat", "w4"], ["y"], name="cv2"),
+    ]
+    weights = [weight("w1", 2 * c, c, 1), weight("w2", c, c, 3), weight("w3", c, c, 3), weight("w4", c, 3 * c, 1)]
+    model = _model("split_bottleneck", nodes, [1, c, size, size], [1, c, size, size], weights)
+    model.opset_import[0].version = 18  # Split's num_outputs
+    return model

@@ -19,7 +19,15 @@ from tvm_fuse.pipeline import optimize
 from tvm_fuse.target import parse_target
 from tvm_fuse.transform.realize.int8 import RealizeInt8
 
-from .models import classifier, conv_chain, inception_branches, inverted_residual, residual_block, stem
+from .models import (
+    classifier,
+    conv_chain,
+    inception_branches,
+    inverted_residual,
+    residual_block,
+    split_bottleneck,
+    stem,
+)
 
 SAMPLES = np.random.default_rng(1).standard_normal((8, 32, 16, 16)).astype(np.float32)
 # Tensors the block's int8 kernels read and write, with plausible scales (no calibration run).
@@ -220,3 +228,17 @@ def test_a_classifier_reads_s8_weights_at_small_batch(batch, exclude, s8_weights
         fp32_weights = tvm_fuse.build(model, quantize=QuantConfig(calibration=table, exclude=["Gemm"]))
         (ours,), (reference,) = int8.run(None, feed), fp32_weights.run(None, feed)
         assert np.abs(ours - reference).max() <= 0.015 * np.abs(reference).max()
+
+
+@pytest.mark.vnni
+def test_convs_that_read_the_halves_of_a_split_run_in_int8():
+    """YOLOv8's C2f: the bottleneck's convs read a Split's second output (and add it); they
+    are int8 too, calibrated on the split's own output (they stayed fp32 when only a node's
+    first output had a name)."""
+    model = split_bottleneck()
+    samples = np.random.default_rng(5).standard_normal((8, 16, 16, 16)).astype(np.float32)
+    table = tvm_fuse.quantize(model, samples, method="minmax")
+    assert "b" in table.tensors
+    int8 = tvm_fuse.build(model, quantize=QuantConfig(calibration=table))
+    assert sorted(_int8_patterns(int8)) == ["conv2d", "conv2d+relu", "conv2d+relu", "conv2d+sum"]
+    assert _worst_error(int8, model, {"x": samples[:1]}) <= 0.03

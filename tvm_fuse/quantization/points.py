@@ -3,7 +3,8 @@ named, and the names. Scales are kept by ONNX tensor name, so a calibration tabl
 ONNX Runtime's, survives a rebuild, and `exclude` can speak of node names and op types.
 
 A Relax variable's ONNX tensor is the first output of the last ONNX node it computes (a fused
-kernel computes its chain's nodes; the last one in the graph's order is the chain's end). Ops
+kernel computes its chain's nodes; the last one in the graph's order is the chain's end), or,
+taken from the tuple of a node of several outputs (Split), the output it takes. Ops
 the compiler added, such as layout transforms and channel cuts, carry no node: they name the
 tensor they read, since they keep its values.
 """
@@ -48,13 +49,22 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
     nodes = model.graph.node
     names: dict[relax.Var, str] = {p: p.name for p in main.params}
     computed: dict[str, int] = {}  # name -> how many variables compute it
+    several: dict[relax.Var, onnx.NodeProto] = {}  # a tuple of a node's outputs (Split's) -> the node
     for block in main.body.blocks:
         for binding in block.bindings:
             value = binding.value
+            if isinstance(value, relax.TupleGetItem) and value.tuple_value in several:
+                outputs = several[value.tuple_value].output
+                if value.index < len(outputs):
+                    names[binding.var] = outputs[value.index]
+                    computed[outputs[value.index]] = computed.get(outputs[value.index], 0) + 1
+                continue
             if not isinstance(value, relax.Call):
                 continue
             indices = _nodes(mod, binding.var, value)
-            if indices:
+            if indices and isinstance(binding.var.ty, relax.TupleType):
+                several[binding.var] = nodes[max(indices)]
+            elif indices:
                 names[binding.var] = nodes[max(indices)].output[0]
                 computed[names[binding.var]] = computed.get(names[binding.var], 0) + 1
             elif _op_name(value) in _VALUE_PRESERVING and value.args[0] in names:
