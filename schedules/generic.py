@@ -2,7 +2,8 @@
 layer norm): each elementwise stage computed inside the elementwise stages that read it (one
 pass over memory for a chain TVM fused), each remaining top-level block's leading
 data-parallel loops fused into one parallel loop, and the innermost loop of an elementwise
-block vectorized when the vector width divides it (u8 and s8 stores too: a quantize).
+block vectorized (u8 and s8 stores too: a quantize), its last vector peeled where the vector
+width does not divide it.
 A pooling window over a blocked layout (NCHW{c}c, the lanes the innermost axis everywhere)
 reads its input with the padding inlined and takes the window one vector of lanes at a time.
 A copy whose innermost written and read axes differ (a layout transform between NCHW and
@@ -15,6 +16,7 @@ import tvm
 from tvm import s_tir
 from tvm.sym import Analyzer
 
+from ..ir_names import PEEL_ATTR
 from .common import parallelize_leading
 
 # Stored a vector at a time (LLVM cannot vectorize stores of bool).
@@ -68,10 +70,12 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
             continue
         innermost = loops[-1]
         written = {str(region.source.dtype) for region in sch.get(block).writes}
-        vectorizable = written <= _VECTOR_DTYPES
-        if vectorizable and len(loops) == len(spatial) and _extent(sch, innermost) and _extent(sch, innermost) % lanes == 0:
+        extent = _extent(sch, innermost)
+        if written <= _VECTOR_DTYPES and len(loops) == len(spatial) and extent and extent >= lanes:
             _, inner = sch.split(innermost, [None, lanes])
             sch.vectorize(inner)
+            if extent % lanes:  # whole vectors but the last, which `PeelTileTails` splits off
+                sch.annotate(block, PEEL_ATTR, True)
     return sch.mod["main"]
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
 from tvm import relax, te, topi
 
+import tvm_fuse
 from tests.transform.relax_modules import module
+from tvm_fuse.codegen import llvm_modules
 from tvm_fuse.pipeline import TIR_PIPELINE, compile_lowered, lowered, optimize
 from tvm_fuse.schedules import generic
 from tvm_fuse.target import parse_target
@@ -22,6 +26,22 @@ def test_an_elementwise_kernel_is_parallel_and_vectorized():
     func = generic.schedule(_func(x, topi.nn.relu(x)), parse_target("llvm"), 16)
     text = func.script()
     assert "T.parallel" in text and "T.vectorized" in text
+
+
+def test_a_row_the_vector_width_does_not_divide_is_vectors_but_its_last_and_exact():
+    """magika's GELU over rows of 508 (before a max over them) ran scalar, 0.48 of its 2.3 ms."""
+    x = te.placeholder((1, 64, 508), name="x")
+    y = te.compute(x.shape, lambda *i: x(*i) * te.sigmoid(x(*i) * 1.702), name="gelu")
+    target = parse_target("llvm -mcpu=skylake-avx512")
+    func = generic.schedule(_func(x, y), target, 16).with_attr("global_symbol", "main")
+    kernel = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=TIR_PIPELINE)
+    assembly = "".join(m.inspect_source("asm") for m in llvm_modules(getattr(kernel, "mod", kernel)))
+    assert re.search(r"vmulps\s[^\n]*%zmm", assembly), "the row is not multiplied a zmm vector at a time"
+    if "avx512f" in tvm_fuse.host_features():
+        data = np.random.default_rng(0).standard_normal((1, 64, 508)).astype("float32")
+        out = tvm.runtime.tensor(np.zeros_like(data))
+        kernel(tvm.runtime.tensor(data), out)
+        np.testing.assert_allclose(out.numpy(), data / (1 + np.exp(-1.702 * data)), rtol=1e-5, atol=1e-6)
 
 
 
