@@ -3,6 +3,8 @@ block, as in ResNet; a classifier head; and the same quantized by ONNX Runtime's
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
@@ -16,13 +18,17 @@ def _model(name: str, nodes, x_shape, y_shape, weights):
     return model
 
 
+def _conv_weight(rng, name: str, out: int, inp: int, k: int):
+    """A conv weight of He initialization's scale, as an ONNX initializer."""
+    return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
+                                   .astype(np.float32), name)
+
+
 def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     """x -> conv3x3+relu (a) -> conv3x3 + x -> relu (b) -> conv1x1 (y): every conv int8-able."""
     rng = np.random.default_rng(seed)
 
-    def weight(name, out, inp, k):
-        return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
-                                       .astype(np.float32), name)
+    weight = functools.partial(_conv_weight, rng)
 
     def bias(name, out):
         return numpy_helper.from_array((rng.standard_normal(out) * 0.1).astype(np.float32), name)
@@ -110,9 +116,7 @@ def inception_branches(channels: int = 16, size: int = 14, seed: int = 0):
     Inception module's branches and the layer that reads them."""
     rng = np.random.default_rng(seed)
 
-    def weight(name, out, inp, k):
-        return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
-                                       .astype(np.float32), name)
+    weight = functools.partial(_conv_weight, rng)
 
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="branch1"),
@@ -183,9 +187,7 @@ def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0):
     rng = np.random.default_rng(seed)
     c = channels
 
-    def weight(name, out, inp, k):
-        return numpy_helper.from_array((rng.standard_normal((out, inp, k, k)) * np.sqrt(2 / (inp * k * k)))
-                                       .astype(np.float32), name)
+    weight = functools.partial(_conv_weight, rng)
 
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="cv1"),
