@@ -29,7 +29,7 @@ KERNEL = 3
 TILE_BY_OUTPUT_SIDE = ((24, 4), (12, 2))
 # Winograd saves work in the reduction over input channels, while its transforms cost as much
 # per channel and tile whatever the reduction: below this many input channels (an RGB stem) the
-# direct conv was faster (3 -> 64 channels at 224x224, fp32: 2.2x; 8 channels: even).
+# direct conv was faster (docs/performance-log.md).
 MIN_INPUT_CHANNELS = 8
 
 
