@@ -5,7 +5,9 @@ data-parallel loops fused into one parallel loop, and the innermost loop of an e
 block vectorized (u8 and s8 stores too: a quantize), its last vector peeled where the vector
 width does not divide it.
 A pooling window over a blocked layout (NCHW{c}c, the lanes the innermost axis everywhere)
-reads its input with the padding inlined and takes the window one vector of lanes at a time.
+reads its input with the padding inlined and takes the window one vector of lanes at a time;
+so does any reduction over other axes than its innermost (a sum over channels), a vector of its
+innermost axis at a time.
 A copy whose innermost written and read axes differ (a layout transform between NCHW and
 NCHW{c}c) moves tiles of lanes x lanes values, or half as many along NCHW8c's blocks
 (`_schedule_transpose`). TVM's dlight CPU reduction rule was tried for softmax, and lost."""
@@ -49,25 +51,32 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
     except s_tir.ScheduleError:  # hand-written TIR (TVM's cumsum, sort): leave it as written
         return func
     for block in sch.get_child_blocks(root):
-        if _is_window_over_lanes(sch, block):
+        if _is_window_over_lanes(sch, block, lanes):
             for producer in sch.get_producers(block):  # the padded input, one pass fewer
-                sch.compute_inline(producer)
+                try:
+                    sch.compute_inline(producer)
+                except s_tir.ScheduleError:  # writes an output, or others read it too
+                    pass
     _inline_elementwise_chains(sch, root)
     for block in sch.get_child_blocks(root):
         if _schedule_transpose(sch, block, lanes):
             continue
-        window = _is_window_over_lanes(sch, block)
+        window = _is_window_over_lanes(sch, block, lanes)
         loops = sch.get_loops(block)
         iters = sch.get(block).iter_vars
         spatial = [loop for loop, it in zip(loops, iters) if it.iter_type == 0]  # data parallel
         if len(spatial) != len(loops[: len(spatial)]) or not spatial:
             continue
-        parallelize_leading(sch, spatial[:-1])
         if window:
-            lane = spatial[-1]
-            sch.reorder(*loops[len(spatial):], lane)
+            reductions, lane = loops[len(spatial):], spatial[-1]
+            if _extent(sch, lane) > lanes:  # a row of several vectors (a sum over channels): one each
+                vectors, lane = sch.split(lane, [None, lanes])
+                spatial = [*spatial[:-1], vectors, lane]
+            parallelize_leading(sch, spatial[:-1])
+            sch.reorder(*reductions, lane)
             sch.vectorize(lane)
             continue
+        parallelize_leading(sch, spatial[:-1])
         innermost = loops[-1]
         written = {str(region.source.dtype) for region in sch.get(block).writes}
         extent = _extent(sch, innermost)
@@ -153,18 +162,20 @@ def _stride(region, var) -> int | None:
     return abs(total)
 
 
-def _is_window_over_lanes(sch: s_tir.Schedule, block) -> bool:
-    """A reduction over a window whose innermost spatial axis, of a vector's extent, is the
-    innermost index of everything it reads and writes (a pool over NCHW{c}c lanes, not a
-    softmax or norm that reduces along the innermost axis)."""
+def _is_window_over_lanes(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """A reduction whose innermost spatial axis, of a vector's extent or a multiple of `lanes`,
+    is the innermost index of everything it reads and writes (a pool over NCHW{c}c lanes, a sum
+    over the channels of a [N, C, W] tensor; not a softmax or norm that reduces along the
+    innermost axis)."""
     stmt = sch.get(block)
     loops = sch.get_loops(block)
     kinds = [it.iter_type for it in stmt.iter_vars]
-    if 2 not in kinds or kinds != sorted(kinds) or len(loops) != len(kinds):  # spatial (0), then reduce (2)
-        return False
+    if 2 not in kinds or kinds != sorted(kinds) or len(loops) != len(kinds) or len(stmt.writes) != 1:
+        return False  # not spatial (0) then reduce (2) loops, or an argmax's pair of results
     lane = stmt.iter_vars[kinds.count(0) - 1].var
     regions = [*stmt.reads, *stmt.writes]
-    return _extent(sch, loops[kinds.count(0) - 1]) in (8, 16, 32) and all(
+    extent = _extent(sch, loops[kinds.count(0) - 1])
+    return extent is not None and (extent in (8, 16, 32) or extent % lanes == 0) and all(
         r.region and r.region[-1].min.same_as(lane) for r in regions)
 
 

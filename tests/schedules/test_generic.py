@@ -93,6 +93,23 @@ def test_a_blocked_pooling_kernel_is_parallel_vectorized_and_exact(dtype):
     np.testing.assert_array_equal(out.numpy(), np.max(windows, axis=0))
 
 
+def test_a_sum_over_channels_takes_a_vector_of_its_innermost_axis_at_a_time_and_is_exact():
+    """magika's sums over the 512 channels of [1, 512, 256] read each channel's row in strides of
+    256 floats, one scalar at a time, on one core (the only spatial loop left was the batch)."""
+    x = te.placeholder((1, 512, 256), name="x")
+    y = topi.sum(topi.multiply(x, x), axis=1)
+    target = parse_target("llvm")
+    func = generic.schedule(_func(x, y), target, 16)
+    text = func.script()
+    assert "T.parallel(16)" in text and "T.vectorized(16)" in text and "sblock_alloc_buffer" not in text
+    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
+                         tir_pipeline=TIR_PIPELINE)
+    data = np.random.default_rng(0).standard_normal((1, 512, 256)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((1, 256), "float32"))
+    kernel(tvm.runtime.tensor(data), out)
+    np.testing.assert_allclose(out.numpy(), (data.astype(np.float64) ** 2).sum(axis=1), rtol=1e-4)
+
+
 def test_a_reduction_along_the_innermost_axis_keeps_its_loop_order():
     """A row sum (as in softmax or a norm) is no pooling window: its rows are not vectors."""
     x = te.placeholder((16, 16), name="x")
