@@ -21,6 +21,12 @@ def _func(*tensors):
     return te.create_prim_func(list(tensors))
 
 
+def _kernel(func, target):
+    """A scheduled PrimFunc compiled as TVM's kernels are."""
+    return tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
+                       tir_pipeline=TIR_PIPELINE)
+
+
 def test_an_elementwise_kernel_is_parallel_and_vectorized():
     x = te.placeholder((4, 8, 14, 32), name="x")
     func = generic.schedule(_func(x, topi.nn.relu(x)), parse_target("llvm"), 16)
@@ -33,8 +39,7 @@ def test_a_row_the_vector_width_does_not_divide_is_vectors_but_its_last_and_exac
     x = te.placeholder((1, 64, 508), name="x")
     y = te.compute(x.shape, lambda *i: x(*i) * te.sigmoid(x(*i) * 1.702), name="gelu")
     target = parse_target("llvm -mcpu=skylake-avx512")
-    func = generic.schedule(_func(x, y), target, 16).with_attr("global_symbol", "main")
-    kernel = tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline=TIR_PIPELINE)
+    kernel = _kernel(generic.schedule(_func(x, y), target, 16), target)
     assembly = "".join(m.inspect_source("asm") for m in llvm_modules(getattr(kernel, "mod", kernel)))
     assert re.search(r"vmulps\s[^\n]*%zmm", assembly), "the row is not multiplied a zmm vector at a time"
     if "avx512f" in tvm_fuse.host_features():
@@ -61,8 +66,7 @@ def test_a_chain_of_elementwise_stages_is_one_vectorized_pass_and_exact():
     func = generic.schedule(_func(a, b, scale, shift, codes), target, 16)
     text = func.script()
     assert "sblock_alloc_buffer" not in text and text.count("T.parallel") == 1 and "T.vectorized(16)" in text
-    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
-                         tir_pipeline=TIR_PIPELINE)
+    kernel = _kernel(func, target)
     rng = np.random.default_rng(0)
     args = [rng.standard_normal([int(d) for d in t.shape]).astype("float32") for t in (a, b, scale, shift)]
     out = tvm.runtime.tensor(np.zeros((1, 3, 4, 4, 16), "uint8"))
@@ -82,8 +86,7 @@ def test_a_blocked_pooling_kernel_is_parallel_vectorized_and_exact(dtype):
     func = generic.schedule(_func(x, pooled), target, 16)
     text = func.script()
     assert "T.parallel" in text and "T.vectorized(16)" in text and "pad_temp" not in text
-    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
-                         tir_pipeline=TIR_PIPELINE)
+    kernel = _kernel(func, target)
     data = np.random.default_rng(0).integers(0, 256, (1, 4, 16, 16, 16)).astype(dtype)
     out = tvm.runtime.tensor(np.zeros((1, 4, 8, 8, 16), dtype))
     kernel(tvm.runtime.tensor(data), out)
@@ -102,8 +105,7 @@ def test_a_sum_over_channels_takes_a_vector_of_its_innermost_axis_at_a_time_and_
     func = generic.schedule(_func(x, y), target, 16)
     text = func.script()
     assert "T.parallel(16)" in text and "T.vectorized(16)" in text and "sblock_alloc_buffer" not in text
-    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
-                         tir_pipeline=TIR_PIPELINE)
+    kernel = _kernel(func, target)
     data = np.random.default_rng(0).standard_normal((1, 512, 256)).astype("float32")
     out = tvm.runtime.tensor(np.zeros((1, 256), "float32"))
     kernel(tvm.runtime.tensor(data), out)
@@ -175,8 +177,7 @@ def test_a_layout_transform_moves_square_tiles_and_is_exact(case):
     text = func.script()
     tiled = "T.unroll(" in text and "T.vectorized(" in text
     assert tiled == (case != "neither_divides"), text
-    kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
-                         tir_pipeline=TIR_PIPELINE)
+    kernel = _kernel(func, target)
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     expected = reference(x)
     out = tvm.runtime.tensor(np.full(expected.shape, np.nan, "float32"))
