@@ -8,6 +8,7 @@ import pytest
 import tvm
 from tvm import s_tir, te
 
+from tests.compute.conv_reference import conv2d
 from tvm_fuse.compute.conv import tileable_output
 from tvm_fuse.compute.conv_nchwc import conv2d_nchwc
 from tvm_fuse.pipeline import TIR_PIPELINE
@@ -53,11 +54,5 @@ def test_a_rounded_conv_equals_the_convolution(kernel, stride, pad, size, tile):
     kernel_fn["main"](*(tvm.runtime.tensor(a) for a in (np.ascontiguousarray(blocked_data), packed)), out)
     ours = out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, out_channels, *out.shape[2:4])
 
-    padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    rows, cols = ((padded.shape[2] - kernel) // stride + 1, (padded.shape[3] - kernel) // stride + 1)
-    reference = np.zeros((1, out_channels, rows, cols))
-    for ky in range(kernel):
-        for kx in range(kernel):
-            window = padded[:, :, ky:ky + stride * rows:stride, kx:kx + stride * cols:stride]
-            reference += np.einsum("nchw,kc->nkhw", window, weight[:, :, ky, kx].astype(np.float64))
+    reference = conv2d(data, weight, stride, pad)
     np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * np.abs(reference).max())

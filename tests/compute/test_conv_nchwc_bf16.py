@@ -9,6 +9,7 @@ import pytest
 import tvm
 from tvm import te
 
+from tests.compute.conv_reference import conv2d
 from tvm_fuse.compute.bf16 import bits_of, pack_pairs, value_of
 from tvm_fuse.compute.conv_nchwc_bf16 import conv2d_nchwc_bf16
 from tvm_fuse.ir_names import KNOBS_ATTR
@@ -19,15 +20,7 @@ from tvm_fuse.target import parse_target
 
 def _reference(data, weight, stride, pad):
     """NCHW x OIHW in float64 numpy, ReLU after."""
-    padded = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    kernel = weight.shape[2]
-    out = (padded.shape[2] - kernel) // stride + 1
-    result = np.zeros((1, weight.shape[0], out, out))
-    for ky in range(kernel):
-        for kx in range(kernel):
-            window = padded[:, :, ky:ky + stride * out:stride, kx:kx + stride * out:stride]
-            result += np.einsum("nchw,kc->nkhw", window, weight[:, :, ky, kx].astype(np.float64))
-    return np.maximum(result, 0)
+    return np.maximum(conv2d(data, weight, stride, pad), 0)
 
 
 def test_rounding_to_bf16_is_to_nearest_even():

@@ -7,6 +7,7 @@ import pytest
 import tvm
 from tvm import s_tir, te
 
+from tests.compute.conv_reference import conv2d
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
 from tvm_fuse.ir_names import KNOBS_ATTR
 from tvm_fuse.pipeline import TIR_PIPELINE
@@ -16,19 +17,6 @@ from tvm_fuse.schedules.common import anchor_block
 from tvm_fuse.schedules.conv_nchwc_dot import default_knobs
 
 TARGETS = {True: "cascadelake", False: "skylake-avx512"}
-
-
-def _reference(data, weight, stride, pad, zero_point):
-    """NCHW u8 x OIHW s8 -> s32, in int64 numpy."""
-    padded = np.pad(data.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=zero_point)
-    kernel = weight.shape[2]
-    out = (padded.shape[2] - kernel) // stride + 1
-    result = np.zeros((1, weight.shape[0], out, out), np.int64)
-    for ky in range(kernel):
-        for kx in range(kernel):
-            window = padded[:, :, ky:ky + stride * out:stride, kx:kx + stride * out:stride]
-            result += np.einsum("nchw,kc->nkhw", window, weight[:, :, ky, kx].astype(np.int64))
-    return result
 
 
 @pytest.mark.parametrize("vnni", [pytest.param(True, marks=pytest.mark.vnni),
@@ -70,4 +58,4 @@ def test_int8_conv_is_exact(vnni, channels, kernel, stride, pad, zero_point, out
     kernel_fn["main"](*args, out)
     ours = out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, out_channels, *out.shape[2:4])
     assert out.shape[-1] == out_block
-    np.testing.assert_array_equal(ours, _reference(data, weight, stride, pad, zero_point))
+    np.testing.assert_array_equal(ours, conv2d(data, weight, stride, pad, zero_point))
