@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
-from ..ir_names import PEEL_ATTR, SCHEDULE_RULE
+from ..ir_names import PEEL_ATTR, PREFETCH_ATTR, SCHEDULE_RULE
 
 
 def anchor_block(sch: s_tir.Schedule):
@@ -109,6 +111,18 @@ def splits_channels(sch: s_tir.Schedule, block) -> bool:
     for extent in weight.shape:
         size *= int(extent)
     return size > CHANNEL_SPLIT_WEIGHT_BYTES
+
+
+def prefetch_next_channels(sch: s_tir.Schedule, block, reduction, strips, rows, channel_tile: int,
+                           chunk_axis: int = 0) -> None:
+    """Mark `reduction` of a product whose tiles run a group of `channel_tile` output channel
+    blocks (the weight's `chunk_axis`) over `rows` in turn, group after group (`strips` loops):
+    the tiles of a group prefetch the next group's weights (`transform.prefetch_next_strip`)."""
+    strip_count = math.prod(static_extent(sch.get(loop).extent) for loop in strips)
+    if strip_count and static_extent(sch.get(rows).extent) > 1:  # a group of one tile has no others to share it with
+        weight = sch.get(block).reads[1].source
+        group = channel_tile * math.prod(int(extent) for extent in weight.shape[chunk_axis + 1:])
+        sch.annotate(reduction, PREFETCH_ATTR, [strip_count, group])
 
 
 def rows_outermost(sch: s_tir.Schedule, block) -> list:

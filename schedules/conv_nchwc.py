@@ -19,6 +19,7 @@ from .common import (
     divisors,
     fullest_tile,
     inline_epilogue,
+    prefetch_next_channels,
     rows_outermost,
     splits_channels,
     static_extent,
@@ -114,6 +115,8 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     # Each broadcast input feeds channel_tile FMAs, each weight vector batch x height x width_tile FMAs.
     tasks = [n_out, chunk_out, y_out] if split_channels else [n_out, y_out, chunk_out]
     sch.reorder(*tasks, x_out, ic, ky, kx, ib, n_in, y_in, x_in, chunk_in, lane)
+    if split_channels:
+        prefetch_next_channels(sch, block, ic, [n_out, chunk_out], y_out, knobs.channel_tile)
     sch.parallel(sch.fuse(*tasks))
     unrolled = [chunk_in, x_in, y_in, n_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)

@@ -17,6 +17,7 @@ from .common import (
     divisor,
     divisors,
     fullest_tile,
+    prefetch_next_channels,
     store_tile,
     vectorize_innermost,
 )
@@ -87,6 +88,8 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
     sch.reorder(eps, nu, n, chunk_out, tiles_out, ic, ib, tiles_in, chunk_in, lane)
-    sch.parallel(sch.fuse(eps, nu, n, chunk_out))
-    write_back = accumulate_in_registers(sch, block, tiles_out, [chunk_in, tiles_in], lane, ic, lanes)
-    store_tile(sch, write_back, None, tiles_out, lanes)  # the epilogue follows the output transform
+    prefetch_next_channels(sch, block, ic, [eps, nu, n, chunk_out], tiles_out, knobs.channel_tile, chunk_axis=2)
+    tiles = sch.fuse(eps, nu, n, chunk_out, tiles_out)
+    sch.parallel(tiles)
+    write_back = accumulate_in_registers(sch, block, tiles, [chunk_in, tiles_in], lane, ic, lanes)
+    store_tile(sch, write_back, None, tiles, lanes)  # the epilogue follows the output transform
