@@ -228,7 +228,7 @@ def test_an_rgb_stem_runs_in_bf16_and_a_concat_of_bf16_kernels_passes_bf16():
     assert head[0][0] == "uint16"  # the concat joined bf16 tensors
 
 
-def _pooled_model():
+def _pooled_model(batch: int | str = 1):
     """A stem conv 3->16 without a ReLU (negative values), a 3x3 stride-2 max-pool, a 1x1 conv, a
     2x2 max-pool in ceil mode (its last window over one row and column), a 1x1 head."""
     rng = np.random.default_rng(5)
@@ -240,8 +240,8 @@ def _pooled_model():
                               ceil_mode=1),
              helper.make_node("Conv", ["p2", "wh"], ["y"], name="head")]
     graph = helper.make_graph(
-        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 17, 17])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 5, 5])],
+        nodes, "pooled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 17, 17])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 16, 5, 5])],
         [_weight(rng, "ws", 16, 3, 3, 3), _weight(rng, "w1", 16, 16, 1, 1), _weight(rng, "wh", 16, 16, 1, 1)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
@@ -261,6 +261,16 @@ def test_a_max_pool_between_bf16_kernels_passes_bf16_and_changes_no_output(porta
     (floats,) = tvm_fuse.build(_pooled_model(), portable, precision="bf16").run(None, feed)
     np.testing.assert_array_equal(bits, floats)
     assert_close([bits], ort_outputs(_pooled_model(), feed), rtol=2e-2)
+
+
+def test_a_bf16_max_pool_takes_a_run_time_batch(portable):
+    """A model whose batch is a run-time count builds in bf16 (its pools once failed to) and
+    pools bf16 as the static model does."""
+    pools = {k: v for k, v in _kernel_dtypes(_pooled_model("N"), BF16_TARGET, native=True).items() if "pool" in k}
+    assert len(pools) == 2 and all(v == (["uint16"], "uint16") for v in pools.values()), pools
+    feed = {"x": np.random.default_rng(8).standard_normal((3, 3, 17, 17)).astype(np.float32)}
+    ours = tvm_fuse.build(_pooled_model("N"), portable, precision="bf16")
+    assert_close(ours.run(None, feed), ort_outputs(_pooled_model("N"), feed), rtol=2e-2)
 
 
 def test_the_bf16_stem_reads_the_nchw_image_itself(portable):

@@ -261,7 +261,7 @@ class _Realizer(PyExprMutator):
             return self.builder_.normalize(relax.Call(call.op, [self.visit_expr(call.args[0])], call.attrs))
         if is_op(call, "relax.nn.max_pool2d") and self.binding in self.bits:
             return self.builder_.call_te(_max_pool_bits, self.visit_expr(call.args[0]), call.attrs,
-                                         [int(extent) for extent in call.ty.shape], primfunc_name_hint="max_pool2d")
+                                         list(call.ty.shape), primfunc_name_hint="max_pool2d")
         func = composite_of(self.mod, call)
         found = bf16_anchor(func, list(call.args), self.lanes, self.native, self.amx) if func is not None else None
         if found is None:
@@ -332,14 +332,14 @@ def _pool_taps(attrs) -> int:
     return int(attrs.pool_size[0]) * int(attrs.pool_size[1])
 
 
-def _max_pool_bits(bits: te.Tensor, attrs, shape: list[int]) -> te.Tensor:
+def _max_pool_bits(bits: te.Tensor, attrs, shape: list) -> te.Tensor:
     """A max-pool (NCHW or NCHW{c}c) of bf16 bits into `shape`, compared as the fp32 values
     they are: the max of rounded values is the rounded max (rounding keeps order), so the
     pool's readers, which round its input, read what they read from the fp32 pool."""
     (kernel_h, kernel_w), (stride_h, stride_w), (dilation_h, dilation_w) = \
         ([int(v) for v in values] for values in (attrs.pool_size, attrs.strides, attrs.dilation))
     top, left, *_ = (int(v) for v in attrs.padding)
-    height, width = shape[2:4]
+    height, width = (int(extent) for extent in shape[2:4])  # the batch may be a run-time count
     # Padded to the last window (ceil mode's included) with -inf, which no window's max takes.
     bottom = (height - 1) * stride_h + (kernel_h - 1) * dilation_h + 1 - int(bits.shape[2]) - top
     right = (width - 1) * stride_w + (kernel_w - 1) * dilation_w + 1 - int(bits.shape[3]) - left
