@@ -64,6 +64,9 @@ class Rule(NamedTuple):
     knobs: type  # the knobs' frozen dataclass
     default: Callable  # (sch, block, lanes) -> knobs for shapes never tuned
     space: Callable  # (sch, block, lanes) -> every knob setting a tuner may try
+    # The axis of the images in the anchor's data and output, where the knobs of one image suit
+    # every batch (its tuning records serve them, `tuning.workload.workload_key`).
+    batch_axis: int | None = None
 
 
 RULES = {
@@ -73,13 +76,13 @@ RULES = {
                               attention.knob_space_bf16),
     CONV_NCHW_RULE: Rule(conv_nchw.schedule, conv_nchw.ConvKnobs, conv_nchw.default_knobs, conv_nchw.knob_space),
     CONV_NCHWC_RULE: Rule(conv_nchwc.schedule, conv_nchwc.ConvNCHWcKnobs, conv_nchwc.default_knobs,
-                          conv_nchwc.knob_space),
+                          conv_nchwc.knob_space, batch_axis=0),
     CONV_NCHWC_INT8_RULE: Rule(conv_nchwc_int8.schedule, conv_nchwc_dot.DotProductConvKnobs,
-                               conv_nchwc_dot.default_knobs, conv_nchwc_dot.knob_space),
+                               conv_nchwc_dot.default_knobs, conv_nchwc_dot.knob_space, batch_axis=0),
     CONV_NCHWC_BF16_RULE: Rule(conv_nchwc_bf16.schedule, conv_nchwc_dot.DotProductConvKnobs,
-                               conv_nchwc_dot.default_knobs, conv_nchwc_dot.knob_space),
+                               conv_nchwc_dot.default_knobs, conv_nchwc_dot.knob_space, batch_axis=0),
     DEPTHWISE_NCHWC_RULE: Rule(conv_nchwc.schedule_depthwise, conv_nchwc.DepthwiseNCHWcKnobs,
-                               conv_nchwc.default_depthwise_knobs, conv_nchwc.depthwise_knob_space),
+                               conv_nchwc.default_depthwise_knobs, conv_nchwc.depthwise_knob_space, batch_axis=0),
     LRN_RULE: Rule(lrn.schedule, lrn.LrnKnobs, lrn.default_knobs, lrn.knob_space),
     MATMUL_RULE: Rule(matmul.schedule, matmul.MatmulKnobs, matmul.default_knobs, matmul.knob_space),
     DENSE_PACKED_RULE: Rule(dense_packed.schedule, dense_packed.DensePackedKnobs, dense_packed.default_knobs,
@@ -96,9 +99,9 @@ RULES = {
                                 amx.dense.group_knob_space),
     ROWWISE_RULE: Rule(rowwise.schedule, rowwise.RowwiseKnobs, rowwise.default_knobs, rowwise.knob_space),
     WINOGRAD_NCHWC_RULE: Rule(winograd_nchwc.schedule, winograd_nchwc.WinogradKnobs,
-                              winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
+                              winograd_nchwc.default_knobs, winograd_nchwc.knob_space, batch_axis=2),
     WINOGRAD_NCHWC_BF16_RULE: Rule(winograd_nchwc_bf16.schedule, winograd_nchwc.WinogradKnobs,
-                                   winograd_nchwc.default_knobs, winograd_nchwc.knob_space),
+                                   winograd_nchwc.default_knobs, winograd_nchwc.knob_space, batch_axis=2),
 }
 
 

@@ -113,13 +113,22 @@ def splits_channels(sch: s_tir.Schedule, block) -> bool:
     return size > CHANNEL_SPLIT_WEIGHT_BYTES
 
 
-def prefetch_next_channels(sch: s_tir.Schedule, block, reduction, strips, rows, channel_tile: int,
+def conv_tasks(split_channels: bool, images, groups, rows: list) -> list:
+    """A conv's parallel task loops, outermost first: a group of output channel blocks over
+    every image and row in turn where its weights are split (so each group's weights are read
+    once for the whole batch), else images, rows, then groups."""
+    return [groups, images, *rows] if split_channels else [images, *rows, groups]
+
+
+def prefetch_next_channels(sch: s_tir.Schedule, block, reduction, strips, tiles, channel_tile: int,
                            chunk_axis: int = 0) -> None:
-    """Mark `reduction` of a product whose tiles run a group of `channel_tile` output channel
-    blocks (the weight's `chunk_axis`) over `rows` in turn, group after group (`strips` loops):
-    the tiles of a group prefetch the next group's weights (`transform.prefetch_next_strip`)."""
+    """Mark `reduction` of a product whose tiles (`tiles` loops: images, rows) run a group of
+    `channel_tile` output channel blocks (the weight's `chunk_axis`) in turn, group after group
+    (`strips` loops): the tiles of a group prefetch the next group's weights
+    (`transform.prefetch_next_strip`)."""
     strip_count = math.prod(static_extent(sch.get(loop).extent) for loop in strips)
-    if strip_count and static_extent(sch.get(rows).extent) > 1:  # a group of one tile has no others to share it with
+    extents = [static_extent(sch.get(loop).extent) for loop in tiles]
+    if strip_count and (0 in extents or math.prod(extents) > 1):  # one tile alone has no others to share a group
         weight = sch.get(block).reads[1].source
         group = channel_tile * math.prod(int(extent) for extent in weight.shape[chunk_axis + 1:])
         sch.annotate(reduction, PREFETCH_ATTR, [strip_count, group])

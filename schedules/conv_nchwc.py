@@ -15,6 +15,7 @@ from ..compute.conv import WIDE_ROW
 from .common import (
     accumulate_in_registers,
     accumulator_budget,
+    conv_tasks,
     divisor,
     divisors,
     fullest_tile,
@@ -113,10 +114,10 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     y_out, y_in = sch.split(y, [None, knobs.height_tile])
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     # Each broadcast input feeds channel_tile FMAs, each weight vector batch x height x width_tile FMAs.
-    tasks = [n_out, chunk_out, y_out] if split_channels else [n_out, y_out, chunk_out]
+    tasks = conv_tasks(split_channels, n_out, chunk_out, [y_out])
     sch.reorder(*tasks, x_out, ic, ky, kx, ib, n_in, y_in, x_in, chunk_in, lane)
     if split_channels:
-        prefetch_next_channels(sch, block, ic, [n_out, chunk_out], y_out, knobs.channel_tile)
+        prefetch_next_channels(sch, block, ic, [chunk_out], [n_out, y_out], knobs.channel_tile)
     sch.parallel(sch.fuse(*tasks))
     unrolled = [chunk_in, x_in, y_in, n_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)

@@ -15,6 +15,7 @@ from ..compute.conv import WIDE_ROW
 from .common import (
     accumulate_in_registers,
     accumulator_budget,
+    conv_tasks,
     divisor,
     fullest_tile,
     parallelize_leading,
@@ -100,7 +101,7 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, lanes: int, knobs: Dot
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, channel_tile])
     x_out, x_in = sch.split(x, [None, width_tile])
-    tasks = [n, chunk_out, y] if split_channels else [n, y, chunk_out]
+    tasks = conv_tasks(split_channels, n, chunk_out, [y])
     sch.reorder(*tasks, x_out, ic, ky, kx, group, x_in, chunk_in, lane, member)
     sch.parallel(sch.fuse(*tasks))
     write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)

@@ -87,9 +87,9 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     eps, nu, n, chunk, tiles, lane, ic, ib = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
-    sch.reorder(eps, nu, n, chunk_out, tiles_out, ic, ib, tiles_in, chunk_in, lane)
-    prefetch_next_channels(sch, block, ic, [eps, nu, n, chunk_out], tiles_out, knobs.channel_tile, chunk_axis=2)
-    tiles = sch.fuse(eps, nu, n, chunk_out, tiles_out)
+    sch.reorder(eps, nu, chunk_out, n, tiles_out, ic, ib, tiles_in, chunk_in, lane)
+    prefetch_next_channels(sch, block, ic, [eps, nu, chunk_out], [n, tiles_out], knobs.channel_tile, chunk_axis=2)
+    tiles = sch.fuse(eps, nu, chunk_out, n, tiles_out)
     sch.parallel(tiles)
     write_back = accumulate_in_registers(sch, block, tiles, [chunk_in, tiles_in], lane, ic, lanes)
     store_tile(sch, write_back, None, tiles, lanes)  # the epilogue follows the output transform

@@ -22,8 +22,8 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     eps, nu, n, chunk, tiles, lane, ic, pair, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
-    sch.reorder(eps, nu, n, chunk_out, tiles_out, ic, pair, tiles_in, chunk_in, lane, member)
-    sch.parallel(sch.fuse(eps, nu, n, chunk_out))
+    sch.reorder(eps, nu, chunk_out, n, tiles_out, ic, pair, tiles_in, chunk_in, lane, member)
+    sch.parallel(sch.fuse(eps, nu, chunk_out, n))  # a group's weights read once for the whole batch
     write_back = accumulate_in_registers(sch, block, tiles_out, [chunk_in, tiles_in], None, ic, lanes)
     sch.tensorize(lane, bf16_dot_product(static_extent(sch.get(lane).extent), native))
     store_tile(sch, write_back, None, tiles_out, lanes)  # the epilogue follows the output transform

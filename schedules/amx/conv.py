@@ -30,7 +30,7 @@ from tvm.tirx.script.builder import ir as tb
 
 from ...amx import AMX_ROW_BYTES as ROW_BYTES
 from ...compute.conv import split_weight_index
-from ..common import divisors, splits_channels, static_extent, store_tile
+from ..common import conv_tasks, divisors, splits_channels, static_extent, store_tile
 from ..conv_nchwc_dot import inline_elementwise, input_pass
 from .machine import (
     COLUMNS,
@@ -363,7 +363,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = N
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.column_tiles * knobs.blocks // window.block_tiles])
     y_out, y_in = sch.split(y, [None, knobs.output_rows])
     x_out, x_in = sch.split(x, [None, knobs.row_pixels])
-    tasks = [n, chunk_out, y_out, x_out] if split_channels else [n, y_out, x_out, chunk_out]
+    tasks = conv_tasks(split_channels, n, chunk_out, [y_out, x_out])
     sch.reorder(*tasks, chunk_in, y_in, x_in, lane, ic, ky, kx, group, member)
     outer = sch.fuse(*tasks)
     sch.parallel(outer)  # each task configures its own tiles: the program starts with ldtilecfg

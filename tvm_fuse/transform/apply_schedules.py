@@ -1,5 +1,6 @@
 """Schedule every kernel whose anchor names a rule in `tvm_fuse.schedules` for the target,
-with the knobs of the best tuning record for its workload where there is one."""
+with the knobs of the best tuning record for its workload where there is one, else for the
+same workload on one image (a batched or dynamic-batch build finds the batch-1 records)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def ApplySchedules(target: tvm.target.Target, tuning: TuningDatabase | None = No
     def schedule(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
         record = None
         if tuning:
-            key = workload_key(func)
-            record = tuning.lookup(key, isa, cpu) if key else None
+            keys = dict.fromkeys(filter(None, (workload_key(func), workload_key(func, one_image=True))))
+            record = next(filter(None, (tuning.lookup(key, isa, cpu) for key in keys)), None)
         return apply(func, lanes, record.knobs if record else None)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ApplySchedules")
