@@ -35,7 +35,7 @@ def batch_one_log(tmp_path):
     """A log with one record: the batch-1 conv's workload, at a setting other than its default."""
     target = parse_target(None)
     (task,) = extract_tasks(relax_module(_conv_model(1)).mod, target)
-    default, other, *_ = knob_space(task.func, vector_lanes(target))
+    _, other, *_ = knob_space(task.func, vector_lanes(target))
     path = tmp_path / "log.jsonl"
     records.append(path, Record(task.workload, isa_class(target), target_cpu(target), other, 0.01))
     return path
