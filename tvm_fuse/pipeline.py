@@ -26,6 +26,7 @@ from .target import isa_features, vector_lanes
 from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules
 from .transform.blocked_layout import BlockedLayout
+from .transform.blocked_splits import BlockedSplits
 from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.concat_in_place import ConcatInPlace
@@ -102,7 +103,7 @@ def layout(target: tvm.target.Target, bf16: bool = False) -> list[tvm.transform.
     in numpy where a reshape and a transpose do it."""
     lanes = vector_lanes(target)
     wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
-    return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), FoldLayoutChains(), SinkLayoutTransforms(),
+    return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), BlockedSplits(), FoldLayoutChains(), SinkLayoutTransforms(),
             FoldConstants()]
 
 

@@ -181,9 +181,10 @@ def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
         return onnx.load(target)
 
 
-def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0):
+def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0, sizes: bool = False):
     """YOLOv8's C2f: x -> conv1x1 + relu -> Split into halves a, b -> b through two conv3x3
-    (+ relu; the second adds b) -> Concat(a, b, m) -> conv1x1 (y)."""
+    (+ relu; the second adds b) -> Concat(a, b, m) -> conv1x1 (y). `sizes`: the Split's sizes
+    given as its input (as exporters write it), not as its count of outputs."""
     rng = np.random.default_rng(seed)
     c = channels
 
@@ -192,6 +193,7 @@ def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0):
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="cv1"),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Split", ["r1", "sizes"], ["a", "b"], name="split", axis=1) if sizes else
         helper.make_node("Split", ["r1"], ["a", "b"], name="split", axis=1, num_outputs=2),
         helper.make_node("Conv", ["b", "w2"], ["c2"], name="m.cv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
@@ -201,6 +203,8 @@ def split_bottleneck(channels: int = 16, size: int = 16, seed: int = 0):
         helper.make_node("Conv", ["cat", "w4"], ["y"], name="cv2"),
     ]
     weights = [weight("w1", 2 * c, c, 1), weight("w2", c, c, 3), weight("w3", c, c, 3), weight("w4", c, 3 * c, 1)]
+    if sizes:
+        weights.append(numpy_helper.from_array(np.array([c, c], np.int64), "sizes"))
     model = _model("split_bottleneck", nodes, [1, c, size, size], [1, c, size, size], weights)
     model.opset_import[0].version = 18  # Split's num_outputs
     return model

@@ -231,11 +231,13 @@ def test_a_classifier_reads_s8_weights_at_small_batch(batch, exclude, s8_weights
 
 
 @pytest.mark.vnni
-def test_convs_that_read_the_halves_of_a_split_run_in_int8():
+@pytest.mark.parametrize("sizes", [False, True])
+def test_convs_that_read_the_halves_of_a_split_run_in_int8(sizes):
     """YOLOv8's C2f: the bottleneck's convs read a Split's second output (and add it); they
     are int8 too, calibrated on the split's own output (they stayed fp32 when only a node's
-    first output had a name)."""
-    model = split_bottleneck()
+    first output had a name), the split given by its count or its sizes (then split in the
+    blocked layout, `BlockedSplits`)."""
+    model = split_bottleneck(sizes=sizes)
     samples = np.random.default_rng(5).standard_normal((8, 16, 16, 16)).astype(np.float32)
     table = tvm_fuse.quantize(model, samples, method="minmax")
     assert "b" in table.tensors
