@@ -90,6 +90,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         AlignConstantRanks(),
         Conv1dAsDense(vector_lanes(target)),
         CancelTransposes(),
+        FoldBatchNorm(fold_into),  # again: a batch norm written out on NHWC now follows its conv
         RecomposeLayerNorm(),
         relax.transform.DecomposeOpsForInference(),  # what FoldBatchNorm leaves: training-mode ones
         *([] if ATTENTION_FAMILY in disabled else [PackProjections()]),

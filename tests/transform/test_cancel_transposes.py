@@ -1,7 +1,7 @@
 """CancelTransposes: a transpose undone after elementwise ops (wav2vec2's feature encoder: a
 GELU between a conv's output channels-first and the next conv's channels-last windows) leaves
-no transpose kernel, and equals ONNX Runtime; a transpose of other axes, or one whose
-elementwise ops read another tensor, stays."""
+no transpose kernel, and equals ONNX Runtime, a constant between (a bias) laid out as the
+untransposed tensor; a transpose of other axes stays."""
 
 import numpy as np
 import pytest
@@ -42,7 +42,7 @@ def _transposed_gelu(back_perm, tensor_operand=False):
 @pytest.mark.parametrize("back_perm, tensor_operand, cancelled", [
     ([0, 2, 1], False, True),
     ([2, 1, 0], False, False),  # not the inverse
-    ([0, 2, 1], True, False),  # a bias of the channels-first shape between
+    ([0, 2, 1], True, True),  # a constant bias of the channels-first shape between: transposed back
 ])
 def test_a_transpose_undone_after_a_gelu_leaves_no_transpose(back_perm, tensor_operand, cancelled):
     model = _transposed_gelu(back_perm, tensor_operand)

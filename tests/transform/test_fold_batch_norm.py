@@ -249,6 +249,25 @@ def test_a_scale_and_shift_written_out_folds_into_the_conv(constant_first):
     _rewritten({"x": (1, 3, 5, 5)}, before, expected)
 
 
+def test_a_batch_norm_written_with_its_mean_folds_into_the_conv():
+    """conv + bias, then `(x - mean) * s + t` by constants per channel (TensorFlow's batch norm,
+    once `CancelTransposes` has brought it back to the conv): the conv's weights and bias."""
+    bias, mean = np.array([0.25, -1.0], "float32"), np.array([0.5, 2.0], "float32")
+    scale = np.array([1.5, -0.5], "float32")
+
+    def before(bb, x):
+        conv = bb.emit(relax.op.add(bb.emit(_conv(x, WEIGHT_2D), "n0x"), relax.const(bias.reshape(1, 2, 1, 1))), "n0x1")
+        centered = bb.emit(relax.op.subtract(conv, relax.const(mean.reshape(1, 2, 1, 1))), "n1x")
+        scaled = bb.emit(relax.op.multiply(centered, relax.const(scale.reshape(1, 2, 1, 1))), "n2x")
+        return bb.emit(relax.op.add(scaled, relax.const(SHIFT.reshape(1, 2, 1, 1))), "n3x")
+
+    def expected(bb, x):
+        conv = bb.emit(_conv(x, WEIGHT_2D * scale.reshape(2, 1, 1, 1)), "n0x")
+        return bb.emit(relax.op.add(conv, relax.const(((bias - mean) * scale + SHIFT).reshape(1, 2, 1, 1))), "n3x")
+
+    _rewritten({"x": (1, 3, 5, 5)}, before, expected)
+
+
 def test_a_scale_of_a_conv_read_twice_is_left_alone():
     def before(bb, x):
         conv = bb.emit(_conv(x, WEIGHT_2D), "n0x")

@@ -1,5 +1,6 @@
 """Cancel a transpose undone after elementwise ops: `permute(f(permute(x, p)), q)`, where q
-undoes p and f is elementwise with scalar operands, is `f(x)`.
+undoes p and f is elementwise with scalar or constant operands (a constant laid out as x is),
+is `f(x)`.
 
 A model that runs its 1-D convs channels-first between dense layers writes this pattern
 (wav2vec2's feature encoder: each conv, as a product channels-last (`Conv1dAsDense`), then a
@@ -11,6 +12,7 @@ An intermediate value something else reads stays as it is (its rewrite would com
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -48,12 +50,27 @@ def _undo(var: relax.Var, axes: list[int], values: dict, uses, rewritten: dict) 
         inner = permutation(values.get(arg)) if isinstance(arg, relax.Var) else None
         if scalar_operand(arg):
             args.append(arg)
+        elif isinstance(arg, tvm.ir.GenericConst):  # a constant as the untransposed tensor reads it
+            args.append(_untransposed(arg, axes, value))
         elif inner is not None and all(inner[axes[i]] == i for i in range(len(axes))):
             args.append(values[arg].args[0])  # the transpose may have other readers: it stays for them
         elif isinstance(arg, relax.Var) and uses[arg] == 1 and _undo(arg, axes, values, uses, rewritten):
             args.append(arg)
         else:
             return False
+    if any(arg is None for arg in args):
+        return False
     rewritten[var] = relax.Call(value.op, args, value.attrs, value.ty_args)
     return True
+
+
+def _untransposed(constant: tvm.ir.GenericConst, axes: list[int], value: relax.Call):
+    """`constant`, broadcast against `value`'s transposed tensors, laid out as their sources
+    are (`axes` restores them): a TensorFlow export's per-channel bias or batch-norm constant
+    of [C] on NHWC becomes [1, C, 1, 1] on NCHW. None if its rank is above the tensors'."""
+    array = constant.value.numpy()
+    rank = value.ty.ndim
+    if array.ndim > rank:
+        return None
+    return relax.const(np.ascontiguousarray(np.transpose(array.reshape((1,) * (rank - array.ndim) + array.shape), axes)))
 

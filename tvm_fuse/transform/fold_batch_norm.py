@@ -151,6 +151,7 @@ def _affine(value, values: dict, uses: Counter) -> _BatchNorm | None:
     if not is_op(value, "relax.multiply") or _constant_operand(value) is None:
         return None
     x, scale = _constant_operand(value)
+    x, offsets = _offsets(x, values, uses)
     layer = values.get(x)
     if is_op(layer, "relax.add") and _constant_operand(layer) is not None:  # its bias add
         layer = values.get(_constant_operand(layer)[0])
@@ -167,7 +168,33 @@ def _affine(value, values: dict, uses: Counter) -> _BatchNorm | None:
     probe = _BatchNorm(x, axis, np.ones(int(x.ty.shape[axis])), np.zeros(int(x.ty.shape[axis])))
     scale = _channel_vector(scale, probe)
     shift = probe.shift if shift is None else _channel_vector(shift, probe)
-    return None if scale is None or shift is None else _BatchNorm(x, axis, scale, shift)
+    added = [_channel_vector(constant, probe) for constant, _ in offsets]
+    if scale is None or shift is None or any(a is None for a in added):
+        return None
+    shift = shift + scale * sum((sign * a for a, (_, sign) in zip(added, offsets)), np.zeros_like(scale))
+    return _BatchNorm(x, axis, scale, shift)
+
+
+def _offsets(x, values: dict, uses: Counter) -> tuple[relax.Var, list[tuple[tvm.ir.GenericConst, float]]]:
+    """`x` as `y + a - b ...` with constants (TensorFlow's batch norm, `(x - mean) * s + t`, after
+    a conv's bias add): `y` and the constants, each with its sign. The add of `y`'s own layer
+    (its bias) is left to `_layer`; values something else reads stop the walk."""
+    offsets = []
+    while isinstance(x, relax.Var) and uses[x] == 1:
+        value = values.get(x)
+        if is_op(value, "relax.subtract") and isinstance(value.args[1], tvm.ir.GenericConst):
+            y, constant, sign = value.args[0], value.args[1], -1.0
+        elif is_op(value, "relax.add") and _constant_operand(value) is not None:
+            (y, constant), sign = _constant_operand(value), 1.0
+            if not is_op(values.get(y), "relax.add", "relax.subtract"):
+                break  # a layer's bias add
+        else:
+            break
+        if not isinstance(y, relax.Var):
+            break
+        offsets.append((constant, sign))
+        x = y
+    return x, offsets
 
 
 def _layer(bn: _BatchNorm, values: dict, uses: Counter, into: frozenset[str]) -> _Layer | None:
