@@ -36,7 +36,7 @@ def BlockedSplits() -> tvm.transform.Pass:
     return rewrite
 
 
-def nchw_block(transform) -> int | None:
+def _nchw_block(transform) -> int | None:
     """The block of a `layout_transform` from NCHW{c}c to NCHW, else None."""
     if not is_op(transform, "relax.layout_transform") or transform.attrs.pad_value is not None:
         return None
@@ -49,7 +49,7 @@ def nchw_block(transform) -> int | None:
     return block if _same_map(transform.attrs.index_map, variables, expected) else None
 
 
-def blocked_block(transform) -> int | None:
+def _blocked_block(transform) -> int | None:
     """The block of a `layout_transform` from NCHW to NCHW{c}c, else None."""
     if not is_op(transform, "relax.layout_transform") or transform.attrs.pad_value is not None:
         return None
@@ -121,13 +121,13 @@ class _Rewriter(PyExprMutator):
     def _rewritten(self, value: relax.Expr, name: str) -> relax.Var | None:
         if is_op(value, "relax.split"):
             return self._split(value, name)
-        if blocked_block(value) is not None:
+        if _blocked_block(value) is not None:
             return self._to_blocked(value, name)
         return None
 
     def _split(self, split: relax.Call, name: str) -> relax.Var | None:
         source = self._value(split.args[0])
-        block = nchw_block(source)
+        block = _nchw_block(source)
         shape = static_shape(split.args[0])
         cuts = _cuts(split, shape[1]) if block is not None and shape is not None else None
         if cuts is None or any(cut % block for cut in cuts):
@@ -140,9 +140,9 @@ class _Rewriter(PyExprMutator):
         return self._emit(relax.Tuple(nchw), "lv")
 
     def _to_blocked(self, transform: relax.Call, name: str) -> relax.Var | None:
-        block, target = blocked_block(transform), static_shape(transform)
+        block, target = _blocked_block(transform), static_shape(transform)
         source = self._value(transform.args[0])
-        if nchw_block(source) == block and static_shape(source.args[0]) == target:
+        if _nchw_block(source) == block and static_shape(source.args[0]) == target:
             return source.args[0]
         if not is_op(source, "relax.concat") or int(source.attrs.axis) != 1:
             return None
@@ -150,6 +150,6 @@ class _Rewriter(PyExprMutator):
         if not isinstance(fields, relax.Tuple):
             return None
         parts = [self._value(part) for part in fields.fields]
-        if not all(nchw_block(part) == block for part in parts):
+        if not all(_nchw_block(part) == block for part in parts):
             return None
         return self._emit(relax.op.concat([part.args[0] for part in parts], axis=1), transform.args[0].name)
