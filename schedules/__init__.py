@@ -65,7 +65,7 @@ class Rule(NamedTuple):
     default: Callable  # (sch, block, lanes) -> knobs for shapes never tuned
     space: Callable  # (sch, block, lanes) -> every knob setting a tuner may try
     # The axis of the images in the anchor's data and output, where the knobs of one image suit
-    # every batch (its tuning records serve them, `tuning.workload.workload_key`).
+    # every batch (its tuning records serve them, `tuning.workload.workload_keys`).
     batch_axis: int | None = None
 
 

@@ -9,7 +9,7 @@ import tvm
 from ..schedules import apply
 from ..target import isa_class, target_cpu, vector_lanes
 from ..tuning.database import TuningDatabase
-from ..tuning.workload import workload_key
+from ..tuning.workload import workload_keys
 
 
 def map_prim_funcs(mod: tvm.IRModule, schedule) -> tvm.IRModule:
@@ -28,8 +28,7 @@ def ApplySchedules(target: tvm.target.Target, tuning: TuningDatabase | None = No
     def schedule(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
         record = None
         if tuning:
-            keys = dict.fromkeys(filter(None, (workload_key(func), workload_key(func, one_image=True))))
-            record = next(filter(None, (tuning.lookup(key, isa, cpu) for key in keys)), None)
+            record = next(filter(None, (tuning.lookup(key, isa, cpu) for key in workload_keys(func))), None)
         return apply(func, lanes, record.knobs if record else None)
 
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.ApplySchedules")

@@ -16,23 +16,34 @@ def static_dim(dim) -> int:
     return int(dim) if isinstance(dim, (int, tvm.tirx.IntImm)) else 1
 
 
-def workload_key(func: tvm.tirx.PrimFunc, one_image: bool = False) -> str | None:
+def workload_key(func: tvm.tirx.PrimFunc) -> str | None:
     """e.g. `tvm_fuse.conv_nchwc(1,16,16,16,16;16,16,3,3,16,16->1,16,14,14,16)`; None for a
-    kernel without a schedule rule. `one_image`: the key of the same kernel on a batch of one
-    (the images of a rule with a batch axis counted as 1; other keys as they are)."""
+    kernel without a schedule rule."""
+    keys = workload_keys(func)
+    return keys[0] if keys else None
+
+
+def workload_keys(func: tvm.tirx.PrimFunc) -> list[str]:
+    """`func`'s workload key, then, where its rule has a batch axis and the batch is not 1, the
+    key of the same kernel on one image (whose records a batched build falls back on); [] for a
+    kernel without a schedule rule."""
     sch = s_tir.Schedule(func)
     found = anchor_block(sch)
     if found is None:
-        return None
+        return []
     block, rule = found
     anchor = sch.get(block)
-    batch_axis = RULES[rule].batch_axis if one_image and rule in RULES else None
+    batch_axis = RULES[rule].batch_axis if rule in RULES else None
 
-    def shape(region, images: bool = False) -> str:
+    def shape(region, one_image: bool) -> str:
         dims = [str(int(d)) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in region.source.shape]
-        if images and batch_axis is not None:
+        if one_image:
             dims[batch_axis] = "1"
         return ",".join(dims)
 
-    reads = ";".join(shape(r, images=i == 0) for i, r in enumerate(anchor.reads))
-    return f"{rule}({reads}->{shape(anchor.writes[0], images=True)})"
+    def key(one_image: bool) -> str:  # the images are the data's (the first read) and the output's
+        reads = ";".join(shape(r, one_image and i == 0) for i, r in enumerate(anchor.reads))
+        return f"{rule}({reads}->{shape(anchor.writes[0], one_image)})"
+
+    keys = [key(one_image=False)] + ([key(one_image=True)] if batch_axis is not None else [])
+    return list(dict.fromkeys(keys))  # a batch of one has the one key
