@@ -112,9 +112,9 @@ def _prefetch(loops: list[tirx.For], tile_loop: tirx.For, first_load) -> tirx.St
 
 
 def _with_prefetch(loop: tirx.For, tile_loop: tirx.For) -> tirx.For:
-    """`loop` (marked) with the prefetch after the first store that reads the weight: inside
-    the scope of the values its index is written with."""
-    if PREFETCH_ATTR not in loop.annotations or not isinstance(loop.extent, tirx.IntImm):
+    """`loop` (marked) with the prefetch after the first store that reads the weight, so that
+    it runs once a step of the loops around that store."""
+    if PREFETCH_ATTR not in loop.annotations:
         return loop
     first = _vector_load(loop.body)
     if first is None or len(first.indices) != 1 or not all(isinstance(d, tirx.IntImm) for d in first.source.shape):
