@@ -40,7 +40,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
 
 
 def _undo(var: relax.Var, axes: list[int], values: dict, uses, rewritten: dict) -> bool:
-    """Whether `var` is computed elementwise from transposes that `axes` undoes (and scalars);
+    """Whether `var` is computed elementwise from transposes that `axes` undoes (and constants);
     if so, `rewritten` holds each elementwise op's binding over their inputs instead."""
     value = values.get(var)
     if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in ELEMENTWISE):
@@ -50,16 +50,14 @@ def _undo(var: relax.Var, axes: list[int], values: dict, uses, rewritten: dict) 
         inner = permutation(values.get(arg)) if isinstance(arg, relax.Var) else None
         if scalar_operand(arg):
             args.append(arg)
-        elif isinstance(arg, tvm.ir.GenericConst):  # a constant as the untransposed tensor reads it
-            args.append(_untransposed(arg, axes, value))
+        elif isinstance(arg, tvm.ir.GenericConst) and (constant := _untransposed(arg, axes, value)) is not None:
+            args.append(constant)  # as the untransposed tensor reads it
         elif inner is not None and all(inner[axes[i]] == i for i in range(len(axes))):
             args.append(values[arg].args[0])  # the transpose may have other readers: it stays for them
         elif isinstance(arg, relax.Var) and uses[arg] == 1 and _undo(arg, axes, values, uses, rewritten):
             args.append(arg)
         else:
             return False
-    if any(arg is None for arg in args):
-        return False
     rewritten[var] = relax.Call(value.op, args, value.attrs, value.ty_args)
     return True
 
