@@ -100,8 +100,9 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
 
 def layout(target: tvm.target.Target, bf16: bool = False) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width (in a `bf16` build for AMX-BF16, twice
-    it where the convs' channels allow: an AMX conv's tile row); weights repacked at build time,
-    in numpy where a reshape and a transpose do it."""
+    it where the convs' channels allow: an AMX conv's tile row), channel splits and concats of
+    whole blocks kept in it; weights repacked at build time, in numpy where a reshape and a
+    transpose do it."""
     lanes = vector_lanes(target)
     wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
     return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), BlockedSplits(), FoldLayoutChains(), SinkLayoutTransforms(),
