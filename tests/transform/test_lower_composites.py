@@ -73,7 +73,7 @@ def _residual_3x3(side: int) -> tvm.IRModule:
     return module({"x": (1, 16, side, side)}, build)
 
 
-@pytest.mark.parametrize("side, kernel_prefix", [(28, "winograd4_"), (14, "winograd2_"), (7, "conv2d")])
+@pytest.mark.parametrize("side, kernel_prefix", [(28, "winograd4_"), (14, "winograd4_"), (7, "winograd2_"), (5, "conv2d")])
 def test_3x3_convs_large_enough_run_as_winograd_and_compute_the_same(side, kernel_prefix):
     mod = _residual_3x3(side)
     target = parse_target("llvm")

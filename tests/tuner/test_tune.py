@@ -25,10 +25,11 @@ from tvm_fuse.tuning.records import read
 
 
 def _conv_model():
-    """conv 3x3 (16 -> 16 channels, 8x8) + relu: one kernel of 8 knob settings."""
+    """conv 3x3 (16 -> 16 channels, 8x8, dilated, so that it runs direct rather than as
+    Winograd) + relu: one kernel of 8 knob settings."""
     weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32) / 12, "w")
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[2, 2, 2, 2], dilations=[2, 2]),
          helper.make_node("Relu", ["c"], ["y"], name="relu")], "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], [weight])

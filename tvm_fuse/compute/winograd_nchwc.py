@@ -23,10 +23,11 @@ from ..ir_names import SCHEDULE_RULE, WINOGRAD_NCHWC_RULE
 from .bf16 import BITS, from_bits
 
 KERNEL = 3
-# (smallest output side, tile m): measured against the direct conv on ResNet-50's 3x3 layers,
-# F(4x4) was 1.7x faster from 28x28 up, F(2x2) 1.3x at 14x14, and neither paid at 7x7, where
-# the transformed weights (alpha^2 / 9 times the direct conv's) dominate the traffic.
-TILE_BY_OUTPUT_SIDE = ((24, 4), (12, 2))
+# (smallest output side, tile m): F(4x4) from 12x12, F(2x2) from 6x6 (7x7 stages included, whose
+# transformed weights, 16/9 of the direct conv's, stream in behind the product since the
+# Winograd tiles prefetch the next group's weights), measured per kernel in the CNNs
+# (performance log).
+TILE_BY_OUTPUT_SIDE = ((12, 4), (6, 2))
 # Winograd saves work in the reduction over input channels, while its transforms cost as much
 # per channel and tile whatever the reduction: below this many input channels (an RGB stem) the
 # direct conv was faster (docs/performance-log.md).

@@ -11,12 +11,15 @@ from tvm import te
 
 from ..ir_names import DOT_PRODUCT_ATTR, SCHEDULE_RULE, WINOGRAD_NCHWC_BF16_RULE
 from .bf16 import PAIR, from_bits, pack_pairs, to_bits
-from .winograd_nchwc import TILE_BY_OUTPUT_SIDE, transform_weight, winograd_input, winograd_output
+from .winograd_nchwc import transform_weight, winograd_input, winograd_output
 
-# Convs of 256 output channels or more take F(2x2) down to 7x7, where their transformed
-# weights, at half fp32's bytes, no longer dominate; narrower ones lost by it (performance log).
-BF16_TILE_BY_OUTPUT_SIDE = (*TILE_BY_OUTPUT_SIDE, (7, 2))
-BF16_SMALL_TILE_CHANNELS = 256
+# (smallest output side, tile m), as `winograd_nchwc.TILE_BY_OUTPUT_SIDE`: F(4x4) from 24x24 and
+# F(2x2) from 12x12; where the product runs at bf16's 2x rate the transforms weigh more, and
+# F(4x4) at 14x14 lost on narrow convs. Convs of `BF16_WIDE_CHANNELS` output channels or more
+# take F(2x2) down to 7x7, narrower ones lost by it (performance log).
+BF16_TILE_BY_OUTPUT_SIDE = ((24, 4), (12, 2))
+BF16_WIDE_TILE_BY_OUTPUT_SIDE = (*BF16_TILE_BY_OUTPUT_SIDE, (7, 2))
+BF16_WIDE_CHANNELS = 256
 
 
 def transform_weight_bf16(weight: np.ndarray, tile: int) -> np.ndarray:

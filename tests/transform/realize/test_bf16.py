@@ -182,7 +182,7 @@ def test_a_depthwise_conv_between_bf16_kernels_reads_and_writes_bf16():
 
 
 def test_wide_3x3s_at_7x7_run_as_bf16_winograd_narrow_ones_direct():
-    """F(2x2) from 7x7 pixels for convs of 256 output channels or more (BF16_SMALL_TILE_CHANNELS)."""
+    """F(2x2) from 7x7 pixels for convs of 256 output channels or more (BF16_WIDE_CHANNELS)."""
     rng = np.random.default_rng(6)
     nodes = [helper.make_node("Conv", ["x", "wide"], ["a"], name="wide", pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["a", "narrow"], ["y"], name="narrow", pads=[1, 1, 1, 1])]

@@ -51,10 +51,10 @@ from ...compute.conv import fold_row_taps, split_output_blocks
 from ...compute.conv_nchwc_bf16 import BF16_OUT_BLOCKS, conv2d_nchwc_bf16
 from ...compute.dense_bf16 import dense_packed_bf16
 from ...compute.matmul import pack_dense_weight
-from ...compute.winograd_nchwc import TILE_BY_OUTPUT_SIDE
 from ...compute.winograd_nchwc_bf16 import (
-    BF16_SMALL_TILE_CHANNELS,
     BF16_TILE_BY_OUTPUT_SIDE,
+    BF16_WIDE_CHANNELS,
+    BF16_WIDE_TILE_BY_OUTPUT_SIDE,
     conv2d_winograd_nchwc_bf16,
     transform_weight_bf16,
 )
@@ -141,7 +141,7 @@ def bf16_anchor(func: relax.Function, args, lanes: int, native: bool, amx: bool 
 
         return position, packed, folded_conv, "bf16_"
     out_channels = int(weight.ty.shape[0]) * out_block
-    table = BF16_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_SMALL_TILE_CHANNELS else TILE_BY_OUTPUT_SIDE
+    table = BF16_WIDE_TILE_BY_OUTPUT_SIDE if out_channels >= BF16_WIDE_CHANNELS else BF16_TILE_BY_OUTPUT_SIDE
     tile = winograd_tile(anchor, table) if winograd_enabled() and not tiles and not in_block % PAIR else None
     if tile is not None:
         return position, lambda: transform_weight_bf16(weight.value.numpy(), tile), \
