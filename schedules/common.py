@@ -164,6 +164,20 @@ def vectorize_innermost(sch: s_tir.Schedule, block, lanes: int) -> None:
         sch.vectorize(inner)
 
 
+def vectorize_with_tail(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Split the block's innermost loop into vectors of `lanes`, the last one cut short where
+    `lanes` does not divide it (`PeelTileTails` splits that one off, so that the rest are whole
+    vectors); a loop shorter than a vector or of a symbolic extent as `vectorize_innermost`."""
+    loop = sch.get_loops(block)[-1]
+    extent = static_extent(sch.get(loop).extent)
+    if extent < lanes or extent % lanes == 0:
+        vectorize_innermost(sch, block, lanes)
+        return
+    _, inner = sch.split(loop, [None, lanes])
+    sch.vectorize(inner)
+    sch.annotate(block, PEEL_ATTR, True)
+
+
 def accumulator_budget(lanes: int, budget: int) -> int:
     """`budget` accumulator vectors where there are 32 vector registers (AVX-512), at most 12
     of AVX2's 16: the weight vectors and the broadcast input need the rest."""

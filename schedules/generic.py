@@ -18,8 +18,7 @@ import tvm
 from tvm import s_tir
 from tvm.sym import Analyzer
 
-from ..ir_names import PEEL_ATTR
-from .common import parallelize_leading
+from .common import parallelize_leading, vectorize_with_tail
 
 # Stored a vector at a time (LLVM cannot vectorize stores of bool).
 _VECTOR_DTYPES = {"float32", "int32", "uint8", "int8", "uint16", "int16"}
@@ -81,10 +80,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
         written = {str(region.source.dtype) for region in sch.get(block).writes}
         extent = _extent(sch, innermost)
         if written <= _VECTOR_DTYPES and len(loops) == len(spatial) and extent and extent >= lanes:
-            _, inner = sch.split(innermost, [None, lanes])
-            sch.vectorize(inner)
-            if extent % lanes:  # whole vectors but the last, which `PeelTileTails` splits off
-                sch.annotate(block, PEEL_ATTR, True)
+            vectorize_with_tail(sch, block, lanes)
     return sch.mod["main"]
 
 

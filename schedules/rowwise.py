@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from .common import static_extent, vectorize_innermost
+from .common import static_extent, vectorize_with_tail
 from .intrinsics import across
 
 
@@ -75,12 +75,12 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: RowwiseKnobs | None 
             sch.vectorize(sch.get_loops(init)[-1])
             sch.unroll(lane)
         elif not _reduces(sch, stage) and inner:  # a full-width stage
-            vectorize_innermost(sch, stage, lanes)
+            vectorize_with_tail(sch, stage, lanes)
         elif name.startswith("group_") and len(inner) == 1:  # a group's max or min across its lanes
             sch.decompose_reduction(stage, inner[0])
             sch.tensorize(sch.get_loops(stage)[-1], across(name[len("group_"):], static_extent(
                 sch.get(inner[0]).extent)))
-    vectorize_innermost(sch, output, lanes)
+    vectorize_with_tail(sch, output, lanes)
 
 
 def _reduces(sch: s_tir.Schedule, block) -> bool:

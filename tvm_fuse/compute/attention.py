@@ -60,11 +60,11 @@ def attention(query: te.Tensor, key: te.Tensor, value: te.Tensor, mask: te.Tenso
         return real_key(j, masked, lowest)
 
     logits = te.compute(scores.shape, logit, name="logits")  # as the score tile is stored
-    peak = row_reduction(logits, logits, te.max, lanes, "max", identity=lowest)
+    peak = row_reduction(logits, logits, te.max, lanes, "max")
     shifted = te.compute(scores.shape, lambda b, h, i, j: logits[b, h, i, j] - peak[b, h, i], name="shifted")
     powers = exp(shifted, nonpositive=True)
     exps = te.compute(scores.shape, lambda b, h, i, j: real_key(j, powers[b, h, i, j]), name="exps")
-    total = row_reduction(exps, exps, te.sum, lanes, "sum", identity=tirx.const(0.0, "float32"))
+    total = row_reduction(exps, exps, te.sum, lanes, "sum")
     inverse = te.compute(total.shape, lambda *r: tirx.const(1.0, "float32") / total(*r), name="inverse_sum")
     context = products.context(exps, batch, query_rows, width, keys, key_columns, real_key, key_index)
 
