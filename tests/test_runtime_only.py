@@ -43,7 +43,7 @@ print(json.dumps({"compiler_mapped": "libtvm_compiler" in maps, "refusal": refus
 
 # What a serving process imports: the runtime side of tvm_fuse, nothing that compiles.
 RUNTIME_MODULES = {"_native", "_version", "amx", "artifact", "benchmark", "calibration_table", "compiled_model",
-                   "errors", "feed", "fusion_report", "ir_names", "quantization", "quantization.config", "streams",
+                   "errors", "feed", "fusion_report", "ir_names", "outputs", "quantization", "quantization.config", "streams",
                    "target", "tensor_info", "threads", "weights_file"}
 
 
