@@ -15,7 +15,8 @@ NCHW{c}c) moves tiles of lanes x lanes values, or half as many along NCHW8c's bl
 from __future__ import annotations
 
 import tvm
-from tvm import s_tir
+import tvm_ffi
+from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
 from .common import parallelize_leading, vectorize_with_tail
@@ -43,8 +44,25 @@ def _inline_elementwise_chains(sch: s_tir.Schedule, root) -> None:
                 pass
 
 
+def _simplified_loads(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """`func` with each load's indices simplified within the ranges of its block's iterators. A
+    reshape reads `x[(i // n + j) % m, i % n]` for an `i` below `n` (TOPI's flattened index);
+    once the loops are split, nothing knows `i < n` any more, and every lane of a vector
+    divides (a cropped dense output's reshape: 0.13 ms for 276,000 values)."""
+    analyzer = Analyzer()
+
+    def bind(block: s_tir.SBlock) -> s_tir.SBlock:
+        for iterator in block.iter_vars:
+            analyzer.bind(iterator.var, iterator.dom)
+        return block
+
+    tvm_ffi.structural_map(func.body, (s_tir.SBlock, bind))
+    return func.with_body(tvm_ffi.structural_map(func.body, (tvm.ir.TensorLoad, lambda load: tirx.BufferLoad(
+        load.source, [analyzer.simplify(index) for index in load.indices]))))
+
+
 def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> tvm.tirx.PrimFunc:
-    sch = s_tir.Schedule(func)
+    sch = s_tir.Schedule(_simplified_loads(func))
     try:
         root = sch.get_sblock("root")
     except s_tir.ScheduleError:  # hand-written TIR (TVM's cumsum, sort): leave it as written

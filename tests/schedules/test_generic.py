@@ -50,6 +50,19 @@ def test_a_row_the_vector_width_does_not_divide_is_vectors_but_its_last_and_exac
 
 
 
+def test_a_reshape_of_a_cropped_row_reads_it_a_vector_at_a_time_and_is_exact():
+    # TOPI's reshape reads x[0, (j // n + i) % 40, j % n] for j < n: once its loop is split into
+    # vectors, every lane divided (a dense layer's cropped 6,906 columns: 0.13 ms, now 0.04 ms).
+    x = te.placeholder((1, 40, 1008), name="x")
+    cropped = topi.strided_slice(x, [0, 0, 0], [1, 40, 1006])
+    func = generic.schedule(_func(x, topi.reshape(cropped, (40, 1006))), parse_target("llvm"), 16)
+    assert "//" not in func.script().split("T.writes")[-1]  # the store's read, past the access regions
+    data = np.random.default_rng(0).standard_normal((1, 40, 1008)).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros((40, 1006), np.float32))
+    _kernel(func, parse_target("llvm"))["main"](tvm.runtime.tensor(data), out)
+    np.testing.assert_array_equal(out.numpy(), data[0, :, :1006])
+
+
 def test_a_chain_of_elementwise_stages_is_one_vectorized_pass_and_exact():
     """DenseNet's pre-activation in int8 as TVM fuses it: concat, batch norm (multiply, add),
     ReLU, quantize to u8. One loop nest, no intermediate tensor, the u8 stores vectorized (each
