@@ -101,8 +101,15 @@ def page(folder: Path) -> str:
 
 def headline(folder: Path) -> str:
     """The README's lines: ResNet-50 in each precision beside the others, the geomeans, its
-    throughput and build time, and the machine that measured them."""
-    lines, hosts = [], {}
+    throughput and build time, and the machine that measured them (each line marked with its
+    machine's number where they differ)."""
+    lines, hosts = [], {}  # lines: (text, host); hosts: host -> date
+
+    def add(text: str, result: dict) -> None:
+        host = tables.host(result["machine"])
+        hosts.setdefault(host, result["date"][:10])
+        lines.append((text, host))
+
     for precision, name, ours, others in (
             ("fp32", "models", "tvm_fuse_ms", ("onnxruntime_ms", "openvino_ms")),
             ("bf16", "models", "ours_bf16_ms", ("openvino_bf16_ms",)),
@@ -111,26 +118,25 @@ def headline(folder: Path) -> str:
         row = next((r for r in (result or {}).get("rows", []) if r["model"] == "resnet50" and r["batch"] == 1
                     and ours in r), None)
         if row:
-            hosts[tables.host(result["machine"])] = result["date"][:10]
             ratios = ", ".join(f"{'ONNX Runtime' if o.startswith('onnx') else 'OpenVINO'} / ours "
                                f"{row[o] / row[ours]:.2f}" for o in others if row.get(o))
-            lines.append(f"- ResNet-50 {precision}, batch 1: {row[ours]:.2f} ms; {ratios}")
+            add(f"- ResNet-50 {precision}, batch 1: {row[ours]:.2f} ms; {ratios}", result)
     result = _load(folder, "models")
     if result and _geomeans(result):
-        lines.append(f"- {_geomeans(result)}")
+        add(f"- {_geomeans(result)}", result)
     result = _load(folder, "throughput")
     for row in (result or {}).get("rows", []):
         if row["model"] == "resnet50" and row.get("vs_openvino"):
-            hosts[tables.host(result["machine"])] = result["date"][:10]
-            lines.append(f"- ResNet-50 {row['precision']} served on every core: {row['tvm_fuse_per_s']:.0f} images/s, "
-                         f"{row['vs_openvino']:.2f}x OpenVINO's THROUGHPUT hint")
+            add(f"- ResNet-50 {row['precision']} served on every core: {row['tvm_fuse_per_s']:.0f} images/s, "
+                f"{row['vs_openvino']:.2f}x OpenVINO's THROUGHPUT hint", result)
     result = _load(folder, "build_times")
     row = next((r for r in (result or {}).get("rows", []) if r["model"] == "resnet50"), None)
     if row:
-        hosts[tables.host(result["machine"])] = result["date"][:10]
-        lines.append(f"- ResNet-50 builds in {row['fp32']:.1f} s (fp32), a cache hit loads in {row['cache hit']:.2f} s")
-    lines += [f"\nMeasured on {host}, {date}." for host, date in hosts.items()]
-    return "\n".join(lines)
+        add(f"- ResNet-50 builds in {row['fp32']:.1f} s (fp32), a cache hit loads in {row['cache hit']:.2f} s", result)
+    numbers = {host: f" [{n}]" if len(hosts) > 1 else "" for n, host in enumerate(hosts, 1)}
+    text = [line + numbers[host] for line, host in lines]
+    text += [f"\n{numbers[host].strip()} Measured on {host}, {date}.".replace("\n ", "\n") for host, date in hosts.items()]
+    return "\n".join(text)
 
 
 def main() -> None:

@@ -57,3 +57,15 @@ def test_the_readme_block_is_replaced_and_the_rest_kept(tmp_path, monkeypatch):
     with pytest.raises(ValueError):  # a README without the markers is not written over
         readme.write_text("no markers\n")
         report.main()
+
+
+def test_the_readme_lines_name_their_machine_where_two_measured_them(tmp_path):
+    _save(tmp_path, "models", [{"model": "resnet50", "batch": 1, "tvm_fuse_ms": 10.0, "onnxruntime_ms": 12.0}])
+    (tmp_path / "throughput.json").write_text(json.dumps(
+        {"date": "2026-11-29T10:00:00+00:00", "machine": {**MACHINE, "llvm_cpu": "znver4"}, "command": "x",
+         "rows": [{"model": "resnet50", "precision": "fp32", "tvm_fuse_per_s": 30.0, "vs_openvino": 1.2}]}))
+    lines = report.headline(tmp_path).splitlines()
+    assert lines[0].endswith("[1]") and lines[1].endswith("[2]")
+    assert "[1] Measured on AMD EPYC (LLVM `znver5`)" in lines[3] and "[2] Measured on AMD EPYC (LLVM `znver4`)" in lines[5]
+    (tmp_path / "throughput.json").unlink()
+    assert not report.headline(tmp_path).splitlines()[0].endswith("]")  # one machine: no numbers
