@@ -1,8 +1,8 @@
 """A run's outputs as numpy arrays without a copy where that is safe.
 
 An output the VM allocated for this run is the caller's alone: the VM's pool takes its memory
-back only once the array is gone, so it is returned as a view (copying a 3 MB output took 0.1
-to 0.6 ms, a model's whole softmax 0.2 ms). An output that shares memory with an input (the
+back only once the array is gone, so it is returned as a view (a copy of a large output cost
+as much as the kernel that wrote it). An output that shares memory with an input (the
 caller's array, passed without a copy, or this thread's input buffer, which the next run
 overwrites), with a weight, or with an output returned before it is copied, as ONNX Runtime's
 outputs never alias anything."""
@@ -20,7 +20,7 @@ class Spans:
     def __init__(self, arrays=()):
         self.starts: list[int] = []
         self.ends: list[int] = []
-        for array in sorted(arrays, key=lambda a: a.ctypes.data):
+        for array in arrays:
             self.add(array)
 
     def add(self, array: np.ndarray) -> None:

@@ -44,8 +44,7 @@ def row_reduction(x: te.Tensor, element, reducer, lanes: int, name: str, anchor:
     the row's whole vectors (the schedule's vector), then across them and the elements past the
     last whole vector (a width `lanes` does not provably divide, a symbolic one unless padded to
     a multiple), which a reduction of their own takes: a guard on every element kept the row
-    from vectorizing (a 18,710-class softmax 5x slower than one of 18,720). A kernel's first
-    reduction carries its rule."""
+    from vectorizing. A kernel's first reduction carries its rule."""
     *rows, width = x.shape
     whole = Analyzer().can_prove(tirx.floormod(width, lanes) == 0)
     group = te.reduce_axis((0, width // lanes), name="group")
