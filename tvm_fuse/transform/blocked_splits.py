@@ -24,7 +24,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .relax_helpers import is_op, mutate_functions, static_shape
+from .relax_helpers import blocked_from_nchw, is_op, mutate_functions, static_shape
 
 
 def BlockedSplits() -> tvm.transform.Pass:
@@ -51,16 +51,7 @@ def _nchw_block(transform) -> int | None:
 
 def _blocked_block(transform) -> int | None:
     """The block of a `layout_transform` from NCHW to NCHW{c}c, else None."""
-    if not is_op(transform, "relax.layout_transform") or transform.attrs.pad_value is not None:
-        return None
-    shape, out = static_shape(transform.args[0]), static_shape(transform)
-    if shape is None or out is None or len(shape) != 4 or len(out) != 5 or shape[1] != out[1] * out[4]:
-        return None
-    block = out[4]
-    variables = [tirx.Var(f"i{axis}", "int64") for axis in range(4)]
-    expected = [variables[0], tirx.floordiv(variables[1], block), variables[2], variables[3],
-                tirx.floormod(variables[1], block)]
-    return block if _same_map(transform.attrs.index_map, variables, expected) else None
+    return int(transform.ty.shape[-1]) if blocked_from_nchw(transform) is not None else None
 
 
 def _same_map(index_map: tirx.IndexMap, variables, expected) -> bool:
