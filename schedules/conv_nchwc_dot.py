@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from ..compute.conv import WIDE_ROW
+from ..compute.conv import STRIDED_INPUT, WIDE_ROW
 from .common import (
     accumulate_in_registers,
     accumulator_budget,
@@ -97,6 +97,10 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, lanes: int, knobs: Dot
     width_tile, channel_tile = knobs.width_tile, knobs.channel_tile
     epilogue = inline_elementwise(sch, block)
     split_channels = splits_channels(sch, block)
+    if split_channels:  # a pass of gathered pixels paid only where tasks split rows
+        for producer in sch.get_producers(block):
+            if sch.get(producer).name_hint == STRIDED_INPUT:
+                sch.compute_inline(producer)
     input_pass(sch, block, lanes, rows_first=not split_channels)
     n, chunk, y, x, lane, ic, ky, kx, group, member = sch.get_loops(block)
     chunk_out, chunk_in = sch.split(chunk, [None, channel_tile])

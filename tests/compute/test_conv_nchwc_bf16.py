@@ -34,7 +34,8 @@ def test_rounding_to_bf16_is_to_nearest_even():
 @pytest.mark.parametrize("channels, kernel, stride, pad, out_block, size, out_channels",
                          [(32, 3, 1, 1, 16, 10, 32), (16, 3, 2, 1, 16, 11, 32), (32, 1, 1, 0, 16, 14, 64),
                           (32, 1, 1, 0, 8, 10, 24),
-                          (32, 1, 1, 0, 16, 29, 32), (16, 3, 2, 1, 16, 58, 32)])  # rows of 29 computed to 30
+                          (32, 1, 1, 0, 16, 29, 32), (16, 3, 2, 1, 16, 58, 32),  # rows of 29 computed to 30
+                          (32, 1, 2, 0, 16, 15, 32), (1024, 1, 2, 0, 16, 5, 1024)])  # strided 1x1s, pixels gathered
 def test_bf16_conv_equals_the_convolution_of_the_rounded_operands(native, channels, kernel, stride, pad,
                                                                    out_block, size, out_channels):
     rng = np.random.default_rng(0)
@@ -61,3 +62,16 @@ def test_bf16_conv_equals_the_convolution_of_the_rounded_operands(native, channe
     np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
     if not native:  # and the rounding matters: fp32 operands give another result
         assert np.abs(ours - _reference(data, weight, stride, pad)).max() > 1e-3 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("channels, out_channels, gathered", [(256, 512, True), (1024, 1024, False)])
+def test_a_strided_1x1_conv_reads_its_pixels_gathered_where_its_tasks_split_rows(channels, out_channels, gathered):
+    # A bf16 pixel's block is half a cache line: strided, a tile's reads use half of each line
+    # (ResNet-50's 56 -> 28 projection at 64% of the unit's peak, gathered 90%). Where the
+    # weights are large enough that the tasks split channels, each group re-reads the input in
+    # place instead, as before.
+    data_t = te.placeholder((1, channels // 16, 14, 14, 16), "uint16", name="data")  # bf16 between kernels
+    weight_t = te.placeholder((out_channels // 16, channels // 16, 1, 1, 8, 16, 2), "uint16", name="weight")
+    conv = conv2d_nchwc_bf16(data_t, weight_t, (2, 2), (0,) * 4, (1, 1))
+    func = apply(te.create_prim_func([data_t, weight_t, conv]), 16)
+    assert ('T.sblock("strided")' in func.script()) == gathered

@@ -47,6 +47,28 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
     return padded, out_size, taps, at
 
 
+STRIDED_INPUT = "strided"  # the stage of `gathered_strided_input`
+
+
+def gathered_strided_input(data: te.Tensor, kernel, strides, padding):
+    """(data, strides) of a blocked conv, where it is a 1x1 conv with a stride and no padding:
+    the pixels it reads, gathered in a stage of their own (`STRIDED_INPUT`), and stride 1;
+    else as given. A bf16 pixel's channel block is half a cache line, so the strided reads of
+    a tile would use half of every line, and its rows take twice the cache; the schedule
+    keeps the stage as a pass or inlines it (back to strided reads)."""
+    if any(int(k) != 1 for k in kernel) or all(int(s) == 1 for s in strides) or any(int(p) for p in padding):
+        return data, strides
+    rank = len(kernel)
+    spatial = data.shape[2:2 + rank]
+    size = [(spatial[a] - 1) // strides[a] + 1 for a in range(rank)]
+
+    def value(n, chunk, *rest):
+        at = [rest[a] * strides[a] for a in range(rank)]
+        return data[(n, chunk, *at, *rest[rank:])]
+
+    return te.compute((*data.shape[:2], *size, *data.shape[2 + rank:]), value, name=STRIDED_INPUT), [1] * rank
+
+
 def crop(out: te.Tensor, size) -> te.Tensor:
     """`out` (N, C, spatial..., trailing) cut to its first `size` rows (and columns): the output
     of a `sliding_window` whose size was rounded up."""

@@ -11,7 +11,14 @@ from tvm import te, tirx
 from ..amx import amx_conv_attrs, amx_conv_output
 from ..ir_names import CONV_NCHWC_BF16_RULE, DOT_PRODUCT_ATTR, SCHEDULE_RULE
 from .bf16 import BITS, PAIR, from_bits, to_bits, to_bits_tensor
-from .conv import crop, merge_channel_blocks, sliding_window, split_weight_index, tileable_output
+from .conv import (
+    crop,
+    gathered_strided_input,
+    merge_channel_blocks,
+    sliding_window,
+    split_weight_index,
+    tileable_output,
+)
 
 BF16_OUT_BLOCKS = (16, 8)  # fp32 accumulators of a zmm or ymm register
 
@@ -36,6 +43,8 @@ def conv2d_nchwc_bf16(data: te.Tensor, weight: te.Tensor, strides, padding, dila
     if group > 1 and int(data.shape[1]) % group == 0:
         data = merge_channel_blocks(data, group)
     rounding = amx_conv_output if amx else tileable_output
+    if not amx:  # an AMX tile loads strided rows as well as dense ones
+        data, strides = gathered_strided_input(data, (kernel_h, kernel_w), strides, padding)
     padded, (out_h, out_w), taps, at = sliding_window(
         _paired_bits(data, int(in_pairs) * PAIR), (kernel_h, kernel_w), strides, padding, dilation, 1,
         round_output=rounding, clamp_rounded=not amx)
