@@ -62,3 +62,11 @@ def test_a_model_without_outputs_is_refused():
     del model.graph.output[:]
     with pytest.raises(ModelLoadError, match="no graph outputs"):
         load_model(model)
+
+
+def test_graph_outputs_without_a_shape_load_with_the_shapes_inferred():
+    # ONNX Runtime runs such a model; the ONNX checker alone would refuse it.
+    model = tiny_model()
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    loaded = load_model(model)
+    assert loaded.graph.output[0].type.tensor_type.shape == tiny_model().graph.output[0].type.tensor_type.shape

@@ -29,6 +29,18 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return model
 
 
+def _with_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model`, its graph outputs that declare a tensor type but no shape given the shapes
+    ONNX's shape inference finds (the checker requires one; ONNX Runtime runs such a model)."""
+    outputs = [o.type.tensor_type for o in model.graph.output if o.type.HasField("tensor_type")]
+    if all(output.HasField("shape") for output in outputs):
+        return model
+    try:
+        return onnx.shape_inference.infer_shapes(model)
+    except (onnx.shape_inference.InferenceError, ValueError):
+        return model  # the checker names what is wrong
+
+
 def load_model(source) -> onnx.ModelProto:
     """Return the ModelProto for `source`: a path, serialized bytes, or a ModelProto.
 
@@ -56,6 +68,7 @@ def load_model(source) -> onnx.ModelProto:
             f"a model is a path, bytes or onnx.ModelProto, not {type(source).__name__}"
         )
 
+    model = _with_output_shapes(model)
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as error:
