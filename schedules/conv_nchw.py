@@ -1,16 +1,19 @@
 """Direct NC[spatial] convolution (`tvm_fuse.compute.conv.convolution`): a register tile of
 `channel_tile` output channels x `width_vectors` vectors of the output row is accumulated over
 every input channel and kernel tap, each step one row vector of the input times a broadcast
-weight; (batch, channel tile) in parallel; the fused epilogue is applied to the tile before it
-is stored. The compute rounds long rows up to whole vectors, so the row splits without a tail."""
+weight; (batch, channel tile) in parallel, and the rows where those are few; the fused epilogue
+is applied to the tile before it is stored. The compute rounds long rows up to whole vectors,
+so the row splits without a tail."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import s_tir
 
 from .common import (
+    PARALLEL_MIN,
     accumulate_in_registers,
     accumulator_budget,
     divisor,
@@ -64,7 +67,10 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvKnobs | None = N
     channel_out, channel_in = sch.split(channel, [None, knobs.channel_tile])
     width_out, width_vector, width_in = sch.split(spatial[-1], [None, knobs.width_vectors, knobs.width_vector])
     sch.reorder(batch, channel_out, *spatial[:-1], width_out, *reduction, channel_in, width_vector, width_in)
-    sch.parallel(sch.fuse(batch, channel_out))
+    tasks = [batch, channel_out]
+    if math.prod(static_extent(sch.get(loop).extent) for loop in tasks) < PARALLEL_MIN:  # few channels: rows too
+        tasks += spatial[:-1]
+    sch.parallel(sch.fuse(*tasks))
     # An output width of 1 leaves no row to vectorize.
     lane = width_in if knobs.width_vector > 1 else None
     unrolled = [channel_in, width_vector] + ([width_in] if lane is None else [])

@@ -156,15 +156,17 @@ def is_depthwise(groups, weight_shape) -> bool:
 ROW_GRANULES = ((512, 64), (128, 32), (9, 16))  # (from this output row width, round it to a multiple of)
 
 
-def whole_vector_width(width) -> int | None:
+def whole_vector_width(width, padded: bool = True) -> int | None:
     """A static output row of `width` rounded up to whole vectors of the widest ISA (several
     for a long row: the schedule's register tile), or None to leave it (short, symbolic, or
-    already whole). A row that a vector does not divide would leave the schedule a scalar tail."""
+    already whole). A row that a vector does not divide would leave the schedule a scalar tail.
+    Not `padded`: a conv whose input has no padded copy but for the rounding, whose row whole
+    vectors already divide is left too (the copy cost more than the wider tile gains)."""
     if not isinstance(width, int | tvm.tirx.IntImm):
         return None
     width = int(width)
     granule = next((g for start, g in ROW_GRANULES if width >= start), None)
-    if granule is None or width % granule == 0:
+    if granule is None or width % granule == 0 or (not padded and width % ROW_GRANULES[-1][1] == 0):
         return None
     return -(-width // granule) * granule
 
@@ -191,9 +193,10 @@ def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, 
     Depthwise is `groups == channels`.
     """
     out_channels, group_channels = weight.shape[:2]
+    has_padding = any(int(p) for p in padding)
 
     def round_output(size):
-        return [*size[:-1], whole_vector_width(size[-1]) or size[-1]]
+        return [*size[:-1], whole_vector_width(size[-1], has_padding) or size[-1]]
 
     padded, out_size, taps, at = sliding_window(data, weight.shape[2:], strides, padding, dilation,
                                                 round_output=round_output)

@@ -1,0 +1,59 @@
+"""The direct NC[spatial] conv (`compute.conv.convolution`, `schedules.conv_nchw`), which takes
+the convs the blocked layout does not: its parallel tasks and the input it reads."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tvm import te
+
+import tvm_fuse
+from tests.conftest import assert_close, ort_outputs
+from tests.schedules.amx.test_conv import VECTOR_HOST
+from tvm_fuse.compute.conv import convolution
+from tvm_fuse.schedules import apply
+
+
+def _scheduled(in_channels: int, out_channels: int, rows: int, width: int, kernel: int, pad: int) -> str:
+    data = te.placeholder((1, in_channels, rows, width), name="data")
+    weight = te.placeholder((out_channels, in_channels, kernel, kernel), name="weight")
+    conv = convolution(data, weight, (1, 1), (pad,) * 4, (1, 1), 1)
+    return apply(te.create_prim_func([data, weight, conv]), 16).script()
+
+
+def test_a_conv_of_few_output_channels_splits_its_rows_between_cores():
+    # trueocr_det's 16 -> 4 channel 1x1 at 512 x 368 ran on one core: a task per channel tile.
+    assert re.search(r"in T.parallel\(24\)", _scheduled(16, 4, 24, 64, 1, 0))
+
+
+def test_a_conv_of_many_output_channels_splits_them_alone():
+    assert re.search(r"in T.parallel\(64\)", _scheduled(16, 512, 24, 64, 1, 0))
+
+
+@pytest.mark.parametrize("width, kernel, pad, copied", [(144, 1, 0, False), (150, 1, 0, True), (144, 3, 1, True)])
+def test_an_unpadded_conv_whose_rows_vectors_divide_reads_its_input_in_place(width, kernel, pad, copied):
+    # Computed to whole tiles of 32 columns it would need a padded copy of its input, which
+    # cost trueocr_det's 1x1 more than the conv itself; a padded conv has the copy anyway.
+    assert ('T.sblock("pad")' in _scheduled(16, 4, 4, width, kernel, pad)) == copied
+
+
+def _conv_model(in_channels: int, out_channels: int, rows: int, width: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((out_channels, in_channels, 1, 1)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, rows, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, rows, width])], [weight, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("width", [144, 150])
+def test_a_conv_of_few_channels_matches_onnx_runtime(width):
+    model = _conv_model(16, 4, 9, width)
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 9, width)).astype(np.float32)}
+    assert_close(tvm_fuse.build(model, target=VECTOR_HOST).run(None, feed), ort_outputs(model, feed))
