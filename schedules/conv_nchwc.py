@@ -45,8 +45,9 @@ def default_register_tile(sch: s_tir.Schedule, block, lanes: int) -> tuple[int, 
         return fullest_tile(width, chunks, accumulator_budget(lanes, 28))
     # Up to 28 accumulators leaves registers for the weight vectors; wide rows take more
     # channel blocks. Over the benchmark CNNs' convs this lands within 8% of the best knobs
-    # measured per layer (AVX-512).
-    channel_tile = divisor(chunks, (4, 2, 1) if width >= WIDE_ROW else (2, 1))
+    # measured per layer (AVX-512). A wide row of an odd count of blocks takes 3 at a time
+    # rather than one, whose every broadcast input feeds a single FMA.
+    channel_tile = divisor(chunks, (4, 2, 3, 1) if width >= WIDE_ROW else (2, 1))
     return divisor(width, range(min(14, 28 // channel_tile), 0, -1)), channel_tile
 
 
