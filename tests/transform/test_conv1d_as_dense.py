@@ -1,6 +1,7 @@
 """Conv1dAsDense: a 1-D conv with an output row shorter than a vector and enough work, or a
 strided or grouped one over enough channels, runs as a dense layer over its input windows (one
-per group), with ONNX Runtime's results; others stay convs."""
+per group), and one whose single output reads its whole input as a dense layer on the input,
+with ONNX Runtime's results; others stay convs."""
 
 import numpy as np
 import pytest
@@ -37,6 +38,8 @@ def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilati
     ((1, 1, 400, 64, 10, 5), "conv1d"),  # its first: 10 taps per output, too short a product
     ((1, 128, 49, 128, 32, 1, (16, 16), 1, 4), "batch_matmul"),  # its positional conv: 4 groups of 32 x 32 taps
     ((1, 64, 100, 64, 3, 1, (1, 1), 1, 4), "group_conv1d"),  # 4 groups of 16 channels x 3 taps: too short
+    ((2, 256, 1, 64, 1), "dense"),  # a squeeze-excitation block's 1x1 over a pooled vector (trueocr's)
+    ((1, 16, 5, 32, 5), "dense"),  # one output over the whole input: a dense layer on it as it is
 ])
 def test_convs_that_run_as_products_equal_onnx_runtime(shape, pattern):
     model = _conv1d(*shape)

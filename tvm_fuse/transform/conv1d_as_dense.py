@@ -1,5 +1,6 @@
 """A 1-D conv with few output positions, or a strided or grouped one over many channels, as a
-gather of its input windows and a dense layer (for each group).
+gather of its input windows and a dense layer (for each group); one whose single output reads
+its whole input as a dense layer on the input itself.
 
 The direct conv kernel vectorizes along the output row; a row shorter than a vector leaves the
 lanes to strided gathers of the input, and so does a stride (Silero VAD's STFT: one input
@@ -59,6 +60,14 @@ def _as_dense(call, lanes: int) -> relax.Expr | None:
     reduction = per_group * taps
     if groups > 1 and per_group == 1:  # depthwise: no product to make
         return None
+    whole_input = taps == int(data.ty.shape[2]) and (taps == 1 or dilation == 1)
+    if width == 1 and groups == 1 and not (before or after) and whole_input:
+        # A squeeze-excitation block's 1x1 over a pooled vector: the direct kernel runs its
+        # one-wide row in scalar code, the dense kernel vectorizes the outputs. The input's
+        # [C, K] order is the weight's: no gather, no kernel more.
+        rows = relax.op.reshape(data, [batch, reduction])
+        product = relax.op.matmul(rows, relax.const(np.ascontiguousarray(kernel.reshape(outputs, reduction).T)))
+        return relax.op.reshape(product, [batch, outputs, 1])
     direct_suffices = (width >= lanes or groups > 1) and not _direct_is_slow(stride, groups, reduction)
     if direct_suffices or 2 * batch * width * outputs * reduction < MIN_FLOPS:
         return None
