@@ -116,6 +116,8 @@ def _activation(form: str, x: str, tag: str) -> Chain:
         clipped = node("Clip", [node("Add", [x, _const(chain, f"{tag}_three", 3.0)]),
                                 _const(chain, f"{tag}_zero", 0.0), _const(chain, f"{tag}_six", 6.0)])
         chain.output = node("Div", [node("Mul", [x, clipped]), f"{tag}_six"])
+    elif form == "hardswish_of_hardsigmoid":  # x * HardSigmoid(x), as paddle2onnx writes PP-LCNet's
+        chain.output = node("Mul", [x, node("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
     elif form == "hardsigmoid":
         chain.output = node("HardSigmoid", [x], alpha=0.25, beta=0.4)
     else:
@@ -140,6 +142,7 @@ ACTIVATION_FORMS = {
     "silu_swapped": "silu",
     "hardswish": "hardswish",
     "hardswish_p2o": "hardswish",
+    "hardswish_of_hardsigmoid": "hardswish",
     "hardsigmoid": "clip",  # after a conv, its scale and shift fold into the conv's weights and bias
 }
 

@@ -49,6 +49,10 @@ def _clip(x):
             | _op("maximum", _op("minimum", x, is_const()), is_const()))
 
 
+def _hardsigmoid(x):  # clip(alpha * x + beta, 0, 1)
+    return _clip(_either("add", _either("multiply", is_const(), x), is_const()))
+
+
 @dataclass(frozen=True)
 class Activation:
     name: str
@@ -58,11 +62,12 @@ class Activation:
 ACTIVATIONS = (
     # Most specific first: dpl takes the first alternative that matches, and hardsigmoid
     # would otherwise parse as a scale/shift followed by a plain clip.
-    # x * (clip(x + 3, 0, 6) / 6) as torch exports it, or (x * clip(x + 3, 0, 6)) / 6 as paddle2onnx does
+    # x * (clip(x + 3, 0, 6) / 6) as torch exports it, (x * clip(x + 3, 0, 6)) / 6 as paddle2onnx
+    # does, or x * HardSigmoid(x) (PP-LCNet's)
     Activation("hardswish", lambda x: _either("multiply", x, _op("divide", _clip(_either("add", x, is_const())), is_const()))
-               | _op("divide", _either("multiply", x, _clip(_either("add", x, is_const()))), is_const())),
-    # clip(alpha * x + beta, 0, 1)
-    Activation("hardsigmoid", lambda x: _clip(_either("add", _either("multiply", is_const(), x), is_const()))),
+               | _op("divide", _either("multiply", x, _clip(_either("add", x, is_const()))), is_const())
+               | _either("multiply", x, _hardsigmoid(x))),
+    Activation("hardsigmoid", _hardsigmoid),
     Activation("relu", lambda x: _op("nn.relu", x)),
     # relu6 and any clip; one-sided ones are a lone maximum or minimum
     Activation("clip", lambda x: _clip(x) | _op("maximum", x, is_const()) | _op("minimum", x, is_const())),
