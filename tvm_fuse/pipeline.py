@@ -26,6 +26,7 @@ from .target import isa_features, vector_lanes
 from .transform.align_constant_ranks import AlignConstantRanks
 from .transform.apply_schedules import ApplySchedules
 from .transform.blocked_layout import BlockedLayout
+from .transform.blocked_resize import BlockedResize
 from .transform.blocked_splits import BlockedSplits
 from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
@@ -102,12 +103,12 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
 def layout(target: tvm.target.Target, bf16: bool = False) -> list[tvm.transform.Pass]:
     """Conv chains in NCHW{c}c, c the fp32 vector width (in a `bf16` build for AMX-BF16, twice
     it where the convs' channels allow: an AMX conv's tile row), channel splits and concats of
-    whole blocks kept in it; weights repacked at build time, in numpy where a reshape and a
-    transpose do it."""
+    whole blocks and resizes between blocked tensors kept in it; weights repacked at build
+    time, in numpy where a reshape and a transpose do it."""
     lanes = vector_lanes(target)
     wide = 2 * lanes if bf16 and "amx_bf16" in isa_features(target) else None
-    return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), BlockedSplits(), FoldLayoutChains(), SinkLayoutTransforms(),
-            FoldConstants()]
+    return [PadOutputChannels(lanes), BlockedLayout(lanes, wide), BlockedSplits(), BlockedResize(), FoldLayoutChains(),
+            SinkLayoutTransforms(), FoldConstants()]
 
 
 def fuse(target: tvm.target.Target, disabled: Collection[str],

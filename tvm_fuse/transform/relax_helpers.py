@@ -171,3 +171,15 @@ def blocked_from_nchw(value: relax.Expr | None) -> relax.Expr | None:
     channel = 2 * channels + 1  # a probe whose block and lane differ from every other index
     blocked = [int(i) for i in value.attrs.index_map.map_indices([0, channel, 5, 7])]
     return source if blocked == [0, channel // channels, 5, 7, channel % channels] else None
+
+
+def nchw_from_blocked(value: relax.Expr | None) -> relax.Expr | None:
+    """x if `value` is layout_transform(x) from NCHW{c}c to NCHW without padding, else None."""
+    if not is_op(value, "relax.layout_transform") or value.attrs.pad_value is not None:
+        return None
+    source = value.args[0]
+    if source.ty.ndim != 5 or value.ty.ndim != 4:
+        return None
+    channels = int(source.ty.shape[-1])
+    plain = [int(i) for i in value.attrs.index_map.map_indices([0, 2, 5, 7, 1])]
+    return source if plain == [0, 2 * channels + 1, 5, 7] else None
