@@ -24,7 +24,7 @@ import tvm
 from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from .relax_helpers import blocked_from_nchw, is_op, mutate_functions, static_shape
+from .relax_helpers import blocked_from_nchw, is_op, mutate_functions, nchw_from_blocked, static_shape
 
 
 def BlockedSplits() -> tvm.transform.Pass:
@@ -38,29 +38,13 @@ def BlockedSplits() -> tvm.transform.Pass:
 
 def _nchw_block(transform) -> int | None:
     """The block of a `layout_transform` from NCHW{c}c to NCHW, else None."""
-    if not is_op(transform, "relax.layout_transform") or transform.attrs.pad_value is not None:
-        return None
-    shape = static_shape(transform.args[0])
-    if shape is None or len(shape) != 5:
-        return None
-    block = shape[4]
-    variables = [tirx.Var(f"i{axis}", "int64") for axis in range(5)]
-    expected = [variables[0], variables[1] * block + variables[4], variables[2], variables[3]]
-    return block if _same_map(transform.attrs.index_map, variables, expected) else None
+    source = nchw_from_blocked(transform)
+    return int(source.ty.shape[-1]) if source is not None and static_shape(source) is not None else None
 
 
 def _blocked_block(transform) -> int | None:
     """The block of a `layout_transform` from NCHW to NCHW{c}c, else None."""
     return int(transform.ty.shape[-1]) if blocked_from_nchw(transform) is not None else None
-
-
-def _same_map(index_map: tirx.IndexMap, variables, expected) -> bool:
-    if len(index_map.initial_indices) != len(variables):
-        return False
-    mapped = index_map.map_indices(variables)
-    analyzer = tvm.sym.Analyzer()
-    return len(mapped) == len(expected) and all(
-        analyzer.can_prove_equal(a, b) for a, b in zip(mapped, expected))
 
 
 def _cuts(split: relax.Call, channels: int) -> list[int] | None:
