@@ -60,8 +60,7 @@ def _as_dense(call, lanes: int) -> relax.Expr | None:
     reduction = per_group * taps
     if groups > 1 and per_group == 1:  # depthwise: no product to make
         return None
-    whole_input = taps == int(data.ty.shape[2]) and (taps == 1 or dilation == 1)
-    if width == 1 and groups == 1 and not (before or after) and whole_input:
+    if width == 1 and groups == 1 and not (before or after) and taps == int(data.ty.shape[2]):
         # A squeeze-excitation block's 1x1 over a pooled vector: the direct kernel runs its
         # one-wide row in scalar code, the dense kernel vectorizes the outputs. The input's
         # [C, K] order is the weight's: no gather, no kernel more.
