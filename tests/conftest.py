@@ -90,6 +90,28 @@ def tiny_model(batch="batch", op="Relu", opset=17):
     return model
 
 
+def conv_model(shape: tuple, out_channels: int, kernel: int = 1, stride: int = 1, group: int = 1, relu: bool = True):
+    """x[shape] (NCHW) -> Conv with a bias, `kernel` x `kernel` padded by half of it, `stride`,
+    `group` -> Relu if `relu` -> y."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    batch, channels, height, width = shape
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((out_channels, channels // group, kernel, kernel))
+                                       .astype(np.float32), "w"),
+               numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")]
+    pad = kernel // 2
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", kernel_shape=[kernel, kernel],
+                              pads=[pad] * 4, strides=[stride, stride], group=group)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    out_shape = [batch, out_channels, *((size + 2 * pad - kernel) // stride + 1 for size in (height, width))]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, out_shape)],
+                              weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
 def dense_model(rows: tuple, k: int, n: int, seed: int = 0):
     """x[*rows, k] -> MatMul with a constant [k, n] -> Relu -> y: one dense kernel."""
     from onnx import TensorProto, helper, numpy_helper

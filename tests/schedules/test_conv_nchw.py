@@ -6,13 +6,11 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
 import tvm_fuse
-from tests.conftest import assert_close, ort_outputs
+from tests.conftest import assert_close, conv_model, ort_outputs
 from tests.schedules.amx.test_conv import VECTOR_HOST
 from tvm_fuse.compute.conv import convolution
 from tvm_fuse.schedules import apply
@@ -41,19 +39,8 @@ def test_an_unpadded_conv_whose_rows_vectors_divide_reads_its_input_in_place(wid
     assert ('T.sblock("pad")' in _scheduled(16, 4, 4, width, kernel, pad)) == copied
 
 
-def _conv_model(in_channels: int, out_channels: int, rows: int, width: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((out_channels, in_channels, 1, 1)).astype(np.float32), "w")
-    bias = numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])], "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, rows, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, rows, width])], [weight, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 @pytest.mark.parametrize("width", [144, 150])
 def test_a_conv_of_few_channels_matches_onnx_runtime(width):
-    model = _conv_model(16, 4, 9, width)
+    model = conv_model((1, 16, 9, width), 4)
     feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 9, width)).astype(np.float32)}
     assert_close(tvm_fuse.build(model, target=VECTOR_HOST).run(None, feed), ort_outputs(model, feed))

@@ -4,13 +4,11 @@ conv of an odd count of output blocks and of a depthwise conv."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from tvm import s_tir, te
 
 import tvm_fuse
-from tests.conftest import assert_close, ort_outputs
+from tests.conftest import assert_close, conv_model, ort_outputs
 from tests.schedules.amx.test_conv import VECTOR_HOST
 from tvm_fuse.compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from tvm_fuse.schedules.common import anchor_block
@@ -30,34 +28,9 @@ def test_an_odd_count_of_output_blocks_is_taken_three_at_a_time(out_blocks, widt
 
 
 def test_a_conv_of_three_output_blocks_matches_onnx_runtime():
-    model = _conv_model(48, 24, 3, 2)
+    model = conv_model((1, 48, 30, 40), 24, kernel=3, stride=2, relu=False)
     feed = {"x": np.random.default_rng(1).standard_normal((1, 48, 30, 40)).astype(np.float32)}
     assert_close(tvm_fuse.build(model, target=VECTOR_HOST, tuning_logs=[]).run(None, feed), ort_outputs(model, feed))
-
-
-def _conv_model(in_channels: int, out_channels: int, kernel: int, stride: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array(rng.standard_normal((out_channels, in_channels, kernel, kernel)).astype(np.float32), "w")
-    bias = numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")
-    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4,
-                            strides=[stride, stride])
-    graph = helper.make_graph([conv], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, 30, 40])],
-                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)], [weight, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
-def _depthwise_model(channels: int, size: int, width: int, kernel: int, stride: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    pad = kernel // 2
-    weight = numpy_helper.from_array(rng.standard_normal((channels, 1, kernel, kernel)).astype(np.float32), "w")
-    bias = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")
-    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, kernel_shape=[kernel, kernel],
-                            pads=[pad] * 4, strides=[stride, stride])
-    relu = helper.make_node("Relu", ["c"], ["y"])
-    graph = helper.make_graph([conv, relu], "depthwise",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight, bias])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
 @pytest.mark.parametrize("width, tile", [(16, 4), (10, 2), (7, 1)])
@@ -74,7 +47,7 @@ def test_a_depthwise_conv_runs_a_few_pixels_a_tile_with_its_taps_unrolled(width,
 
 @pytest.mark.parametrize("kernel, stride, width", [(3, 1, 16), (3, 2, 15), (5, 1, 10), (7, 1, 12), (5, 2, 13)])
 def test_a_depthwise_conv_in_its_default_tiles_matches_onnx_runtime(kernel, stride, width):
-    model = _depthwise_model(32, 11, width, kernel, stride)
+    model = conv_model((1, 32, 11, width), 32, kernel, stride, group=32)
     feed = {"x": np.random.default_rng(1).standard_normal((1, 32, 11, width)).astype(np.float32)}
     built = tvm_fuse.build(model, target=VECTOR_HOST, tuning_logs=[])
     assert_close(built.run(None, feed), ort_outputs(model, feed))
