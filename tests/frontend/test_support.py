@@ -43,6 +43,16 @@ def test_every_unsupported_node_is_reported_at_once():
     assert "custom_2" in message
 
 
+def test_only_the_onnx_runtime_ops_we_convert_pass_in_its_domain():
+    """com.microsoft.DynamicQuantizeLSTM is converted; a standard op's name in that domain (a
+    contrib op of other semantics) is not taken for the standard op."""
+    nodes = [helper.make_node("DynamicQuantizeLSTM", ["x"], ["a"], name="lstm", domain="com.microsoft"),
+             helper.make_node("Gelu", ["a"], ["b"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Relu", ["b"], ["c"], name="relu", domain="com.microsoft")]
+    assert [(n.op_type, n.node_name) for n in unsupported_nodes(_model_with(nodes))] == [("Gelu", "gelu"),
+                                                                                          ("Relu", "relu")]
+
+
 @pytest.mark.parametrize("fusion", [None, "all"])
 def test_an_op_of_shapes_unknown_at_build_time_is_refused_naming_its_node(fusion):
     """[n] + [1, 2] is [1, 2] for n of 1 or 2 and an error otherwise; Relax cannot type it, TVM

@@ -16,6 +16,7 @@ from ..compute.lrn import local_response_norm
 from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import text
+from .dynamic_quantization import conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm
 from .recurrent import gru, lstm
 
 
@@ -244,6 +245,9 @@ def _tied_axis(mode: str, rounding: str, sizes: list, out: list) -> int | None:
 
 CONVERTERS = {
     "Clip": clip,
+    "ConvInteger": conv_integer,
+    "DynamicQuantizeLinear": dynamic_quantize_linear,
+    "DynamicQuantizeLSTM": dynamic_quantize_lstm,
     "Expand": expand,
     "GRU": gru,
     "LRN": lrn,
@@ -255,3 +259,5 @@ CONVERTERS = {
     "Squeeze": squeeze,
     "Slice": slice_attributes,
 }
+# Ops of ONNX Runtime's com.microsoft domain that CONVERTERS convert.
+MICROSOFT_OPS = frozenset({"DynamicQuantizeLSTM"})

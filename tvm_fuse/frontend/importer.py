@@ -29,6 +29,7 @@ from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
 from .converters import CONVERTERS, node_name, refuse
 from .fixups import apply_fixups
+from .shape_arithmetic import folded
 from .support import check_supported, default_opset
 
 
@@ -204,7 +205,7 @@ class _NamingImporter(ONNXGraphImporter):
         self._first_numbers = first_numbers if first_numbers is not None else {
             graph_key(graph): first for graph, first in numbered_graphs(model.graph) if graph is not model.graph}
         self._current_node: int | None = None
-        self._current_if_node: onnx.NodeProto | None = None
+        self._current_node_proto: onnx.NodeProto | None = None
         self._current_if = ""
         self._branch_calls: dict[bytes, relax.Call] = {}  # graph_key -> the call that runs it
 
@@ -223,7 +224,7 @@ class _NamingImporter(ONNXGraphImporter):
     def _parse_value_proto(self, value_proto):
         if isinstance(value_proto, onnx.NodeProto):  # called once per node, just before converting it
             self._current_node = self._node_numbers.get(tuple(value_proto.output))
-            self._current_if_node, self._current_if = value_proto, value_proto.name
+            self._current_node_proto, self._current_if = value_proto, value_proto.name
         return super()._parse_value_proto(value_proto)
 
     def _convert_subgraph(self, bb, graph):
@@ -241,7 +242,7 @@ class _NamingImporter(ONNXGraphImporter):
         except _NotATensor:
             return super()._convert_subgraph(bb, graph)
         except CompileError as error:
-            other = next((g for _, g in branches(self._current_if_node) if graph_key(g) != key), None)
+            other = next((g for _, g in branches(self._current_node_proto) if graph_key(g) != key), None)
             if other is None:
                 raise
             ty = self._convert_subgraph(bb, other).ty  # raises if neither branch builds
@@ -320,8 +321,10 @@ class _NamingImporter(ONNXGraphImporter):
         if self._current_node is not None:
             self.bb = _NodeBuilder(builder, provenance.tag(self._current_node))
         try:
+            converted = folded(self._current_node_proto, inputs, opset) if self._current_node_proto else None
             ours = CONVERTERS.get(op_name)
-            converted = ours(self.bb, inputs, attrs, opset) if ours else None
+            if converted is None and ours:
+                converted = ours(self.bb, inputs, attrs, opset)
             if converted is None:
                 converted = super()._convert_operator(op_name, inputs, attrs, opset)
             if isinstance(self.bb, _NodeBuilder) and isinstance(converted, relax.Call):

@@ -179,14 +179,16 @@ class _Recurrence:
         return relax.Tuple([self.emit(y)] + [self.emit(s) for s in states])
 
 
-def lstm(bb, inputs, attrs, opset):
-    """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c."""
+def lstm(bb, inputs, attrs, opset, quantize_state=None):
+    """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c. `quantize_state`, if given, maps each step's
+    previous hidden state to what its product with R reads (a dynamically quantized LSTM's)."""
     rnn = _Recurrence(bb, inputs, attrs, gates=4)
     if int(attrs.get("input_forget", 0)):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
     act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
-    if _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes):
+    if quantize_state is None and _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"],
+                                                         ACTIVATIONS["tanh"]], peepholes):
         func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse))
         args = [rnn.all_input_products(recurrent_bias=True), rnn.all_recurrent(), rnn.all_initial(rnn.h0),
                 rnn.all_initial(c0)]
@@ -201,7 +203,8 @@ def lstm(bb, inputs, attrs, opset):
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
         hs = {}
         for t in rnn.steps(d):
-            gates = rnn.emit(relax.op.add(_index(xw, t), relax.op.matmul(h, rt)))
+            state = quantize_state(h) if quantize_state is not None else h
+            gates = rnn.emit(relax.op.add(_index(xw, t), relax.op.matmul(state, rt)))
             i, o, forget, cell = _gates(gates, 4, rnn.hidden)
             if p is not None:
                 i, forget = relax.op.add(i, relax.op.multiply(p[0], c)), relax.op.add(forget, relax.op.multiply(p[2], c))

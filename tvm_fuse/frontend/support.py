@@ -10,7 +10,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 from .. import provenance
 from ..errors import UnsupportedNode, UnsupportedOpsError
 from .branches import all_nodes
-from .converters import CONVERTERS
+from .converters import CONVERTERS, MICROSOFT_OPS
 
 
 def nodes_named_in(text: str, model) -> list[str]:
@@ -30,6 +30,7 @@ _BUILD_TIME_INPUTS = {
     "SequenceErase": (1,),
     "SequenceInsert": (2,),
     "LSTM": (4,),  # sequence_lens
+    "DynamicQuantizeLSTM": (4,),
     "GRU": (4,),
 }
 
@@ -63,6 +64,12 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
 
 
+def _unknown_op(node: onnx.NodeProto, convert_map: dict) -> bool:
+    if node.domain == "com.microsoft":
+        return node.op_type not in MICROSOFT_OPS
+    return node.domain not in _DEFAULT_DOMAINS or (node.op_type not in convert_map and node.op_type not in _BUILTIN_OPS)
+
+
 def unsupported_nodes(model: onnx.ModelProto) -> list[UnsupportedNode]:
     """Every node whose op no converter handles, or handles only for inputs known at build
     time that this node computes at run time, in graph order."""
@@ -72,7 +79,7 @@ def unsupported_nodes(model: onnx.ModelProto) -> list[UnsupportedNode]:
     constants |= {out for node in model.graph.node if node.op_type == "Constant" for out in node.output}
     unsupported = []
     for index, node in enumerate(_nodes(model.graph)):
-        if node.domain not in _DEFAULT_DOMAINS or (node.op_type not in convert_map and node.op_type not in _BUILTIN_OPS):
+        if _unknown_op(node, convert_map):
             reason = ""
         elif unknown := _unknown_at_build_time(node, constants):
             reason = f"needs {', '.join(unknown)} known at build time"

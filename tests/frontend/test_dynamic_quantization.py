@@ -1,0 +1,82 @@
+"""ONNX Runtime's dynamic quantization (frontend/dynamic_quantization.py): models that
+`onnxruntime.quantization.quantize_dynamic` writes (ConvInteger, DynamicQuantizeLinear,
+com.microsoft.DynamicQuantizeLSTM) against ONNX Runtime on them, and a tensor of zeros quantized
+as ONNX Runtime quantizes it."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+
+import tvm_fuse
+from tests.conftest import assert_close, conv_model
+from tests.frontend.test_recurrent import _recurrent_model
+from tvm_fuse.benchmarking.compare import onnxruntime_session
+
+# Products of 8-bit codes are exact in float32, so outputs differ from ONNX Runtime's by the float
+# rounding of what surrounds them (sigmoid, sums in another order) unless a value lands on a
+# rounding boundary of its codes; these seeded models have none there.
+RTOL = 1e-4
+
+
+def _quantized(model: onnx.ModelProto, tmp_path, op: str, **options) -> onnx.ModelProto:
+    source, target = tmp_path / "float.onnx", tmp_path / "dynamic.onnx"
+    onnx.save(model, source)
+    quantize_dynamic(source, target, op_types_to_quantize=[op], **options)
+    return onnx.load(target)
+
+
+def _reference(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:
+    """ONNX Runtime on one thread: on more, its LSTM quantizes each thread's batch rows apart."""
+    return onnxruntime_session(model, num_threads=1).run(None, feed)
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"direction": "bidirectional"},
+    {"direction": "reverse", "states": False, "bias": False},
+    {"batch": 1, "hidden": 8, "seq": 7},
+], ids=str)
+def test_a_dynamically_quantized_lstm_matches_onnx_runtime(options, tmp_path):
+    model, feed = _recurrent_model("LSTM", **options)
+    quantized = _quantized(model, tmp_path, "LSTM")
+    assert [(n.domain, n.op_type) for n in quantized.graph.node] == [("com.microsoft", "DynamicQuantizeLSTM")]
+    assert_close(tvm_fuse.build(quantized, "native").run(None, feed), _reference(quantized, feed), RTOL)
+
+
+@pytest.mark.parametrize("weight_type, per_channel, stride, group", [
+    (QuantType.QInt8, False, 1, 1),
+    (QuantType.QUInt8, True, 2, 1),  # a zero point per output channel
+    (QuantType.QInt8, True, 1, 4),
+], ids=str)
+def test_a_conv_integer_model_matches_onnx_runtime(weight_type, per_channel, stride, group, tmp_path):
+    model = conv_model((1, 16, 14, 18), 32, kernel=3, stride=stride, group=group)
+    quantized = _quantized(model, tmp_path, "Conv", weight_type=weight_type, per_channel=per_channel)
+    assert "ConvInteger" in [n.op_type for n in quantized.graph.node]
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 14, 18)).astype(np.float32)}
+    assert_close(tvm_fuse.build(quantized, "native").run(None, feed), _reference(quantized, feed), RTOL)
+
+
+def _dynamic_quantize_linear_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero_point"], name="quantize")], "dql",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 3]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("zero_point", TensorProto.UINT8, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.mark.parametrize("x", [
+    np.zeros((2, 3), np.float32),  # ONNX's formula divides by a scale of 0; ONNX Runtime takes 1
+    np.array([[-1.0, 0.5, 2.0], [0.25, -0.75, 3.5]], np.float32),
+    np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32),  # all positive: a zero point of 0
+], ids=["zeros", "mixed", "positive"])
+def test_dynamic_quantize_linear_equals_onnx_runtime(x):
+    model = _dynamic_quantize_linear_model()
+    ours = tvm_fuse.build(model, "native").run(None, {"x": x})
+    reference = _reference(model, {"x": x})
+    for a, b in zip(ours, reference):
+        np.testing.assert_array_equal(a, b)
+    assert np.isfinite(ours[1]).all()

@@ -1,0 +1,117 @@
+"""ONNX Runtime's dynamic quantization (`quantize_dynamic`): DynamicQuantizeLinear, ConvInteger and
+com.microsoft.DynamicQuantizeLSTM, computed as ONNX Runtime computes them.
+
+A dynamically quantized tensor takes its scale and zero point from its own range at run time
+(`quantization_parameters`), as ONNX Runtime's kernels do, including its scale of 1 for a tensor
+of zeros (ONNX's formula divides by a scale of 0 there, and TVM's converter gave NaN). Integer
+products run as float32 products of the same integers, the codes minus their zero points: each
+is exact, and so is every sum below 2^24, past which ONNX Runtime's own cast of the int32 sum to
+float rounds alike. So a convolution or an LSTM keeps its float kernels and layouts.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+from tvm.ir.expr import GenericConst
+
+from .recurrent import lstm
+
+_FLOAT = "float32"
+_CODES = 255.0  # uint8: codes 0 to 255
+
+
+def _scalar(value: float):
+    return relax.const(value, _FLOAT)
+
+
+def quantization_parameters(bb, x):
+    """ONNX Runtime's uint8 scale and zero point (as float32 scalars) for the values of `x`:
+    the range of `x` widened to hold 0, over 255 codes; a scale of 1 where that range is 0."""
+    zero = _scalar(0.0)
+    low = bb.emit(relax.op.minimum(relax.op.min(x), zero))
+    high = bb.emit(relax.op.maximum(relax.op.max(x), zero))
+    width = relax.op.subtract(high, low)
+    scale = bb.emit(relax.op.where(relax.op.equal(width, zero), _scalar(1.0), relax.op.divide(width, _scalar(_CODES))))
+    zero_point = bb.emit(relax.op.round(relax.op.clip(relax.op.negative(relax.op.divide(low, scale)), 0.0, _CODES)))
+    return scale, zero_point
+
+
+def _codes(x, scale, zero_point):
+    """The uint8 codes of `x` as float32 integers: round half to even, then saturate."""
+    return relax.op.clip(relax.op.add(relax.op.round(relax.op.divide(x, scale)), zero_point), 0.0, _CODES)
+
+
+def fake_quantized(bb, x):
+    """`x` quantized to uint8 with its own dynamic parameters and read back as float32:
+    scale * (code - zero point), what ONNX Runtime's integer products see of `x`."""
+    scale, zero_point = quantization_parameters(bb, x)
+    return bb.emit(relax.op.multiply(relax.op.subtract(_codes(x, scale, zero_point), zero_point), scale))
+
+
+def dynamic_quantize_linear(bb, inputs, attrs, opset):
+    """ONNX DynamicQuantizeLinear: (y uint8, y_scale, y_zero_point uint8)."""
+    x = inputs[0]
+    if str(x.ty.dtype) != _FLOAT:
+        return None
+    scale, zero_point = quantization_parameters(bb, x)
+    codes = bb.emit(relax.op.astype(_codes(x, scale, zero_point), "uint8"))
+    return relax.Tuple([codes, scale, bb.emit(relax.op.astype(zero_point, "uint8"))])
+
+
+def _as_float(bb, value):
+    """`value` as float32: a constant in numpy (TVM's FoldConstant leaves a scalar's astype)."""
+    if isinstance(value, GenericConst):
+        return relax.const(value.value.numpy().astype(_FLOAT))
+    return bb.emit(relax.op.astype(value, _FLOAT))
+
+
+def _centred(bb, codes, zero_point, per_channel_axis: int | None = None):
+    """`codes` minus `zero_point` as float32 (exact: integers below 2^9). A zero point of one
+    value per channel lies along `per_channel_axis`."""
+    values = _as_float(bb, codes)
+    if zero_point is None:
+        return values
+    offset = _as_float(bb, zero_point)
+    if zero_point.ty.ndim == 1 and per_channel_axis is not None:
+        shape = [1] * codes.ty.ndim
+        shape[per_channel_axis] = -1
+        offset = bb.emit(relax.op.reshape(offset, shape))
+    return bb.emit(relax.op.subtract(values, offset))
+
+
+def conv_integer(bb, inputs, attrs, opset):
+    """ONNX ConvInteger: the int32 convolution of (x - x_zero_point) with (w - w_zero_point),
+    a zero point per output channel or one. Padding reads x's zero point (a real 0), as
+    ONNX Runtime pads."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    x, w, x_zero_point, w_zero_point = (list(inputs) + [None] * 4)[:4]
+    data = _centred(bb, x, x_zero_point)
+    weight = _centred(bb, w, w_zero_point, per_channel_axis=0)
+    conv = _get_convert_map()["Conv"].get_converter(11)(bb, [data, weight, None], dict(attrs), [{}, {}])
+    return relax.op.astype(conv, "int32")
+
+
+def _dequantized(bb, codes, scale, zero_point):
+    """DynamicQuantizeLSTM's weights [directions, rows, 4 * hidden] as ONNX LSTM's float
+    [directions, 4 * hidden, rows]: scale * (code - zero point), a scale and zero point per
+    direction ([directions]) or per gate column ([directions, 4 * hidden])."""
+    def per_column(value):
+        as_float = _as_float(bb, value)
+        return relax.op.reshape(as_float, [-1, 1, 1]) if value.ty.ndim == 1 else relax.op.expand_dims(as_float, 1)
+
+    values = relax.op.multiply(relax.op.subtract(_as_float(bb, codes), per_column(zero_point)), per_column(scale))
+    return bb.emit(relax.op.permute_dims(values, [0, 2, 1]))
+
+
+def dynamic_quantize_lstm(bb, inputs, attrs, opset):
+    """com.microsoft.DynamicQuantizeLSTM: ONNX LSTM with int8/uint8 weights W [directions, input,
+    4 * hidden] and R [directions, hidden, 4 * hidden] and their scales and zero points, whose
+    products ONNX Runtime takes of x quantized once over the whole sequence and of each step's
+    hidden state quantized anew (per direction, over the batch)."""
+    x, w, r, bias, lengths, h0, c0, peepholes, w_scale, w_zero_point, r_scale, r_zero_point = (
+        list(inputs) + [None] * 12)[:12]
+    weights = [_dequantized(bb, w, w_scale, w_zero_point), _dequantized(bb, r, r_scale, r_zero_point)]
+    return lstm(bb, [fake_quantized(bb, x), *weights, bias, lengths, h0, c0, peepholes], attrs, opset,
+                quantize_state=lambda h: fake_quantized(bb, h))
+
