@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
 import tvm_fuse
-from tests.conftest import assert_close, conv_model
+from tests.conftest import assert_close, conv_model, dense_model
 from tests.frontend.test_recurrent import _recurrent_model
 from tvm_fuse.benchmarking.compare import onnxruntime_session
 
@@ -37,6 +37,7 @@ def _reference(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:
     {"direction": "bidirectional"},
     {"direction": "reverse", "states": False, "bias": False},
     {"batch": 1, "hidden": 8, "seq": 7},
+    {"clip": 1.5},  # a dense layer per step, not the sequence kernel
 ], ids=str)
 def test_a_dynamically_quantized_lstm_matches_onnx_runtime(options, tmp_path):
     model, feed = _recurrent_model("LSTM", **options)
@@ -56,6 +57,19 @@ def test_a_conv_integer_model_matches_onnx_runtime(weight_type, per_channel, str
     assert "ConvInteger" in [n.op_type for n in quantized.graph.node]
     feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 14, 18)).astype(np.float32)}
     assert_close(tvm_fuse.build(quantized, "native").run(None, feed), _reference(quantized, feed), RTOL)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_a_matmul_integer_model_matches_onnx_runtime_in_one_dense_kernel(per_channel, tmp_path):
+    quantized = _quantized(dense_model((6,), 64, 48), tmp_path, "MatMul", per_channel=per_channel)
+    assert "MatMulInteger" in [n.op_type for n in quantized.graph.node]
+    feed = {"x": np.random.default_rng(2).standard_normal((6, 64)).astype(np.float32)}
+    compiled = tvm_fuse.build(quantized, "native")
+    assert_close(compiled.run(None, feed), _reference(quantized, feed), RTOL)
+    # The product and the Cast of its int32 result to float: one dense kernel, no int32 between.
+    product = next(n.name for n in quantized.graph.node if n.op_type == "MatMulInteger")
+    kernel = next(k for k in compiled.fusion_report()["kernels"] if product in k["onnx_nodes"])
+    assert kernel["pattern"].startswith("dense"), kernel
 
 
 def _dynamic_quantize_linear_model() -> onnx.ModelProto:

@@ -73,12 +73,35 @@ def _time(step, direction, seq: int, reverse: tuple[bool, ...]):
     return seq - 1 - step if reverse[0] else step
 
 
-def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) -> tvm.tirx.PrimFunc:
+CODES = 255.0  # a dynamically quantized state's uint8 codes
+
+
+@T.macro
+def _quantize_state(h, d, batch, hidden, state, bounds):
+    """state[0] = h[d] as ONNX Runtime's dynamic uint8 quantization reads it back (see
+    `frontend.dynamic_quantization`): the range of h[d] widened to hold 0 over 255 codes (a scale
+    of 1 where it is 0), each value rounded half to even to a code and saturated."""
+    bounds[0] = T.float32(0.0)
+    bounds[1] = T.float32(0.0)
+    for b, j in T.grid(batch, hidden):
+        bounds[0] = T.min(bounds[0], h[d, b, j])
+        bounds[1] = T.max(bounds[1], h[d, b, j])
+    bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0), (bounds[1] - bounds[0]) / T.float32(CODES))
+    bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(CODES)))
+    for b, j in T.grid(batch, hidden):
+        state[0, b, j] = (T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0], T.float32(0.0)),
+                                T.float32(CODES)) - bounds[0]) * bounds[1]
+
+
+def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
+                  quantized_state: bool = False) -> tvm.tirx.PrimFunc:
     """ONNX LSTM's default activations (gates i, o, f, c; sigmoid, tanh, tanh) over a sequence,
     every direction (`reverse`: each runs from the last step to the first or not) on a core of
     its own: (products [seq, batch, directions * 4 * hidden] (x @ W^T and both biases),
     recurrent [directions, hidden, 4 * hidden] (R^T), h0, c0 [directions, batch, hidden]) ->
-    (Y [seq, directions, batch, hidden] in time order, the last h, the last c)."""
+    (Y [seq, directions, batch, hidden] in time order, the last h, the last c).
+    `quantized_state`: each step's product with R reads the previous h dynamically quantized
+    (`_quantize_state`), as a com.microsoft.DynamicQuantizeLSTM's does."""
     directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     product, span = _product(rows, hidden, width)
 
@@ -95,33 +118,41 @@ def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) 
                     d = T.axis.spatial(directions, direction)
                     gates = T.sblock_alloc_buffer((rows, width), "float32")
                     sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
+                    state = T.sblock_alloc_buffer((1, batch, hidden), "float32")  # h as quantized
+                    bounds = T.sblock_alloc_buffer((2,), "float32", scope="local")  # its zero point, scale
                     for b, j in T.grid(batch, hidden):
                         h[d, b, j] = h0[d, b, j]
                         c[d, b, j] = c0[d, b, j]
-                    for step, first in T.grid(seq, batch // rows):
-                        product(h, d, first * rows, 0, recurrent, d, gates, sums)
-                        for r, column in T.grid(rows, hidden // lanes):
-                            # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
-                            for lane in T.vectorized(lanes):
-                                c[d, first * rows + r, column * lanes + lane] = (
-                                    _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
-                                             + products[_time(step, d, seq, reverse), first * rows + r,
-                                                        d * width + 2 * hidden + column * lanes + lane])
-                                    * c[d, first * rows + r, column * lanes + lane]
-                                    + _sigmoid(gates[r, column * lanes + lane]
-                                               + products[_time(step, d, seq, reverse), first * rows + r,
-                                                          d * width + column * lanes + lane])
-                                    * _tanh(gates[r, 3 * hidden + column * lanes + lane]
-                                            + products[_time(step, d, seq, reverse), first * rows + r,
-                                                       d * width + 3 * hidden + column * lanes + lane]))
-                            for lane in T.vectorized(lanes):
-                                h[d, first * rows + r, column * lanes + lane] = (
-                                    _sigmoid(gates[r, hidden + column * lanes + lane]
-                                             + products[_time(step, d, seq, reverse), first * rows + r,
-                                                        d * width + hidden + column * lanes + lane])
-                                    * _tanh(c[d, first * rows + r, column * lanes + lane]))
-                                y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
-                                    h[d, first * rows + r, column * lanes + lane])
+                    for step in range(seq):
+                        if quantized_state:
+                            _quantize_state(h, d, batch, hidden, state, bounds)
+                        for first in range(batch // rows):
+                            if quantized_state:
+                                product(state, 0, first * rows, 0, recurrent, d, gates, sums)
+                            else:
+                                product(h, d, first * rows, 0, recurrent, d, gates, sums)
+                            for r, column in T.grid(rows, hidden // lanes):
+                                # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
+                                for lane in T.vectorized(lanes):
+                                    c[d, first * rows + r, column * lanes + lane] = (
+                                        _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
+                                                 + products[_time(step, d, seq, reverse), first * rows + r,
+                                                            d * width + 2 * hidden + column * lanes + lane])
+                                        * c[d, first * rows + r, column * lanes + lane]
+                                        + _sigmoid(gates[r, column * lanes + lane]
+                                                   + products[_time(step, d, seq, reverse), first * rows + r,
+                                                              d * width + column * lanes + lane])
+                                        * _tanh(gates[r, 3 * hidden + column * lanes + lane]
+                                                + products[_time(step, d, seq, reverse), first * rows + r,
+                                                           d * width + 3 * hidden + column * lanes + lane]))
+                                for lane in T.vectorized(lanes):
+                                    h[d, first * rows + r, column * lanes + lane] = (
+                                        _sigmoid(gates[r, hidden + column * lanes + lane]
+                                                 + products[_time(step, d, seq, reverse), first * rows + r,
+                                                            d * width + hidden + column * lanes + lane])
+                                        * _tanh(c[d, first * rows + r, column * lanes + lane]))
+                                    y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
+                                        h[d, first * rows + r, column * lanes + lane])
 
     return lstm
 

@@ -16,7 +16,7 @@ from ..compute.lrn import local_response_norm
 from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import text
-from .dynamic_quantization import conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm
+from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .recurrent import gru, lstm
 
 
@@ -244,6 +244,7 @@ def _tied_axis(mode: str, rounding: str, sizes: list, out: list) -> int | None:
 
 
 CONVERTERS = {
+    "Cast": cast,
     "Clip": clip,
     "ConvInteger": conv_integer,
     "DynamicQuantizeLinear": dynamic_quantize_linear,
@@ -252,6 +253,7 @@ CONVERTERS = {
     "GRU": gru,
     "LRN": lrn,
     "LSTM": lstm,
+    "MatMulInteger": matmul_integer,
     "Pad": pad,
     "PRelu": prelu,
     "Resize": resize,

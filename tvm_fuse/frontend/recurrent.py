@@ -33,6 +33,8 @@ ACTIVATIONS = {
 # Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
 # direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
 SEQUENCE_KERNEL_MAX_STEP = 131_072
+# The same where each step quantizes the state, which as separate kernels is five more a step.
+QUANTIZED_SEQUENCE_KERNEL_MAX_STEP = 4 * SEQUENCE_KERNEL_MAX_STEP
 
 
 def _activations(attrs, defaults: list[str], directions: int) -> list:
@@ -187,9 +189,9 @@ def lstm(bb, inputs, attrs, opset, quantize_state=None):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
     act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
-    if quantize_state is None and _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"],
-                                                         ACTIVATIONS["tanh"]], peepholes):
-        func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse))
+    if _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes,
+                   quantize_state is not None):
+        func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse), quantize_state is not None)
         args = [rnn.all_input_products(recurrent_bias=True), rnn.all_recurrent(), rnn.all_initial(rnn.h0),
                 rnn.all_initial(c0)]
         return rnn.sequence_kernel(func, "lstm", args, 2)
@@ -219,15 +221,16 @@ def lstm(bb, inputs, attrs, opset, quantize_state=None):
     return rnn.outputs(sequences, finals)
 
 
-def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None) -> bool:
+def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None, quantized_state: bool = False) -> bool:
     """Whether the directions run as one kernel of `compute.recurrent`, each on a core:
     ONNX's `default` activations in every direction, no peepholes or clip, fp32, a static
-    batch, and several steps, each small enough. (One step, Silero VAD's per chunk, ran 3%
-    slower so: its dense kernel reads R packed.)"""
+    batch, and several steps, each small enough (larger where the state is quantized at each
+    step). (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
+    limit = QUANTIZED_SEQUENCE_KERNEL_MAX_STEP if quantized_state else SEQUENCE_KERNEL_MAX_STEP
     return (1 < rnn.seq and list(activations) == default * len(rnn.reverse)
             and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
             and isinstance(rnn.batch, tvm.tirx.IntImm)
-            and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
+            and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= limit)
 
 
 def gru(bb, inputs, attrs, opset):
