@@ -1,12 +1,13 @@
-"""ONNX Runtime's dynamic quantization (`quantize_dynamic`): DynamicQuantizeLinear, ConvInteger and
-com.microsoft.DynamicQuantizeLSTM, computed as ONNX Runtime computes them.
+"""ONNX Runtime's dynamic quantization (`quantize_dynamic`): DynamicQuantizeLinear, ConvInteger,
+MatMulInteger and com.microsoft.DynamicQuantizeLSTM, computed as ONNX Runtime computes them.
 
 A dynamically quantized tensor takes its scale and zero point from its own range at run time
 (`quantization_parameters`), as ONNX Runtime's kernels do, including its scale of 1 for a tensor
 of zeros (ONNX's formula divides by a scale of 0 there, and TVM's converter gave NaN). Integer
 products run as float32 products of the same integers, the codes minus their zero points: each
 is exact, and so is every sum below 2^24, past which ONNX Runtime's own cast of the int32 sum to
-float rounds alike. So a convolution or an LSTM keeps its float kernels and layouts.
+float rounds alike. So a convolution, a dense layer or an LSTM keeps its float kernels and
+layouts, and the Cast of an int32 product back to float32 is the product itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import onnx
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
+from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
 from .recurrent import lstm
 
@@ -86,13 +88,11 @@ def conv_integer(bb, inputs, attrs, opset):
     """ONNX ConvInteger: the int32 convolution of (x - x_zero_point) with (w - w_zero_point),
     a zero point per output channel or one. Padding reads x's zero point (a real 0), as
     ONNX Runtime pads."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
     x, w, x_zero_point, w_zero_point = (list(inputs) + [None] * 4)[:4]
     data = _centred(bb, x, x_zero_point)
     weight = _centred(bb, w, w_zero_point, per_channel_axis=0)
     conv = _get_convert_map()["Conv"].get_converter(11)(bb, [data, weight, None], dict(attrs), [{}, {}])
-    return relax.op.astype(conv, "int32")
+    return _as_int32(conv)
 
 
 def matmul_integer(bb, inputs, attrs, opset):
@@ -104,7 +104,13 @@ def matmul_integer(bb, inputs, attrs, opset):
         return None  # zero points of stacked matrices: TVM's converter
     product = relax.op.matmul(_centred(bb, a, a_zero_point, per_channel_axis=-2),
                               _centred(bb, b, b_zero_point, per_channel_axis=-1))
-    return relax.op.astype(product, "int32")
+    return _as_int32(product)
+
+
+def _as_int32(product):
+    """An integer product computed in float32 as ONNX's int32: rounded, not truncated, so that
+    a sum past 2^24, which float32 rounds, lands on the nearest integer to it."""
+    return relax.op.astype(relax.op.round(product), "int32")
 
 
 _INTEGER_PRODUCTS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul")
@@ -126,17 +132,25 @@ def _integer_valued(bb, expr) -> bool:
     return False
 
 
+def _bound_call(bb, expr, op: str) -> relax.Call | None:
+    """The call of `op` that variable `expr` is bound to, if it is one."""
+    value = bb.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+    return value if isinstance(value, relax.Call) and value.op == tvm.ir.Op.get(op) else None
+
+
 def cast(bb, inputs, attrs, opset):
     """A Cast to float32 of ConvInteger's or MatMulInteger's int32 product as the float32 product
     it was computed as: no round trip through int32 between the kernel and its epilogue."""
     x = inputs[0]
     if int(attrs.get("to", 0)) != onnx.TensorProto.FLOAT or not isinstance(x, relax.Var):
         return None
-    source = bb.lookup_binding(x)
-    if not (isinstance(source, relax.Call) and source.op == tvm.ir.Op.get("relax.astype")
-            and str(x.ty.dtype) == "int32" and str(source.args[0].ty.dtype) == _FLOAT):
+    source = _bound_call(bb, x, "relax.astype")
+    if source is None or str(x.ty.dtype) != "int32":
         return None
-    product = source.args[0]
+    rounded = _bound_call(bb, source.args[0], "relax.round")
+    if rounded is None:
+        return None
+    product = rounded.args[0]
     inner = bb.lookup_binding(product) if isinstance(product, relax.Var) else None
     if not (isinstance(inner, relax.Call) and isinstance(inner.op, tvm.ir.Op) and inner.op.name in _INTEGER_PRODUCTS
             and _integer_valued(bb, product)):
