@@ -516,6 +516,38 @@ def cast(draw) -> Case:
 
 
 @st.composite
+def integer(draw) -> Case:
+    """ONNX Runtime's dynamic quantization ops: ConvInteger and MatMulInteger of uint8 codes and
+    int8 or uint8 weights about zero points (or none), and DynamicQuantizeLinear."""
+    op = draw(st.sampled_from(["ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"]))
+    if op == "DynamicQuantizeLinear":
+        x = _values(draw, _shape(draw), *draw(st.sampled_from([(-3, 3), (0.5, 4), (0, 0)])))
+        return Case([_node(op, ["x"], ["y", "scale", "zero_point"])], {"x": x}, opset=13)
+    weight_type = draw(st.sampled_from([np.int8, np.uint8]))
+    low, high = (-128, 127) if weight_type == np.int8 else (0, 255)
+    if op == "MatMulInteger":
+        m, k, n = draw(st.integers(1, 9)), draw(st.integers(1, 64)), draw(st.integers(1, 40))
+        x, w = _values(draw, (m, k), 0, 255, np.uint8), _values(draw, (k, n), low, high, weight_type)
+        w_zero_point_shape = draw(st.sampled_from([(), (n,)]))
+        conv_attrs = {}
+    else:  # ONNX Runtime's ConvInteger: 2-D, one weight zero point
+        groups = draw(st.sampled_from([1, 1, 2]))
+        c_in, c_out = groups * draw(st.integers(1, 6)), groups * draw(st.integers(1, 6))
+        kernel = tuple(draw(st.integers(1, 3)) for _ in range(2))
+        spatial = tuple(draw(st.integers(k, 14)) for k in kernel)
+        x = _values(draw, (draw(st.integers(1, 2)), c_in, *spatial), 0, 255, np.uint8)
+        w = _values(draw, (c_out, c_in // groups, *kernel), low, high, weight_type)
+        w_zero_point_shape = ()
+        conv_attrs = {"group": groups, "kernel_shape": kernel, "strides": tuple(draw(st.integers(1, 2)) for _ in kernel),
+                      "pads": tuple(draw(st.integers(0, k - 1)) for k in kernel * 2)}
+    weights = {"w": w}
+    if draw(st.booleans()):
+        weights["x_zero_point"] = _values(draw, (), 0, 255, np.uint8)
+        weights["w_zero_point"] = _values(draw, w_zero_point_shape, low // 8, high // 8, weight_type)
+    return Case([_node(op, ["x", *weights], **conv_attrs)], {"x": x}, weights, opset=13)
+
+
+@st.composite
 def recurrent(draw) -> Case:
     """LSTM and GRU: directions, initial states, biases, batch-first layout, GRU's
     linear_before_reset."""
@@ -575,7 +607,7 @@ FAMILIES = {
     "argmax": argmax(), "normalization": normalization(), "matmul": matmul(), "gemm": gemm(), "conv": conv(),
     "conv_transpose": conv_transpose(), "pool": pool(), "reshape": reshape(), "concat_split": concat_split(),
     "slice_gather": slice_gather(), "pad": pad(), "expand_tile": expand_tile(), "depth_space": depth_space(),
-    "resize": resize(), "cast": cast(), "recurrent": recurrent(), "indexing": indexing(),
+    "resize": resize(), "cast": cast(), "recurrent": recurrent(), "indexing": indexing(), "integer": integer(),
 }
 
 
