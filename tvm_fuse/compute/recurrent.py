@@ -73,37 +73,49 @@ def _time(step, direction, seq: int, reverse: tuple[bool, ...]):
     return seq - 1 - step if reverse[0] else step
 
 
-CODES = 255.0  # a dynamically quantized state's uint8 codes
+def _lstm_gates(seq: int, hidden: int, rows: int, lanes: int, reverse: tuple[bool, ...]):
+    """A macro: `gates(step, d, first, products, recurrent_products, h, c, y)` takes the rows from
+    `first * rows` of direction `d` one step on from their products with R (`recurrent_products`
+    [rows, 4 * hidden]) and with W (`products`): c, h, and y at the step's time."""
+    width = 4 * hidden
+
+    @T.macro
+    def gates(step, d, first, products, recurrent_products, h, c, y):
+        for r, column in T.grid(rows, hidden // lanes):
+            # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
+            for lane in T.vectorized(lanes):
+                c[d, first * rows + r, column * lanes + lane] = (
+                    _sigmoid(recurrent_products[r, 2 * hidden + column * lanes + lane]
+                             + products[_time(step, d, seq, reverse), first * rows + r,
+                                        d * width + 2 * hidden + column * lanes + lane])
+                    * c[d, first * rows + r, column * lanes + lane]
+                    + _sigmoid(recurrent_products[r, column * lanes + lane]
+                               + products[_time(step, d, seq, reverse), first * rows + r,
+                                          d * width + column * lanes + lane])
+                    * _tanh(recurrent_products[r, 3 * hidden + column * lanes + lane]
+                            + products[_time(step, d, seq, reverse), first * rows + r,
+                                       d * width + 3 * hidden + column * lanes + lane]))
+            for lane in T.vectorized(lanes):
+                h[d, first * rows + r, column * lanes + lane] = (
+                    _sigmoid(recurrent_products[r, hidden + column * lanes + lane]
+                             + products[_time(step, d, seq, reverse), first * rows + r,
+                                        d * width + hidden + column * lanes + lane])
+                    * _tanh(c[d, first * rows + r, column * lanes + lane]))
+                y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
+                    h[d, first * rows + r, column * lanes + lane])
+
+    return gates
 
 
-@T.macro
-def _quantize_state(h, d, batch, hidden, state, bounds):
-    """state[0] = h[d] as ONNX Runtime's dynamic uint8 quantization reads it back (see
-    `frontend.dynamic_quantization`): the range of h[d] widened to hold 0 over 255 codes (a scale
-    of 1 where it is 0), each value rounded half to even to a code and saturated."""
-    bounds[0] = T.float32(0.0)
-    bounds[1] = T.float32(0.0)
-    for b, j in T.grid(batch, hidden):
-        bounds[0] = T.min(bounds[0], h[d, b, j])
-        bounds[1] = T.max(bounds[1], h[d, b, j])
-    bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0), (bounds[1] - bounds[0]) / T.float32(CODES))
-    bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(CODES)))
-    for b, j in T.grid(batch, hidden):
-        state[0, b, j] = (T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0], T.float32(0.0)),
-                                T.float32(CODES)) - bounds[0]) * bounds[1]
-
-
-def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
-                  quantized_state: bool = False) -> tvm.tirx.PrimFunc:
+def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) -> tvm.tirx.PrimFunc:
     """ONNX LSTM's default activations (gates i, o, f, c; sigmoid, tanh, tanh) over a sequence,
     every direction (`reverse`: each runs from the last step to the first or not) on a core of
     its own: (products [seq, batch, directions * 4 * hidden] (x @ W^T and both biases),
     recurrent [directions, hidden, 4 * hidden] (R^T), h0, c0 [directions, batch, hidden]) ->
-    (Y [seq, directions, batch, hidden] in time order, the last h, the last c).
-    `quantized_state`: each step's product with R reads the previous h dynamically quantized
-    (`_quantize_state`), as a com.microsoft.DynamicQuantizeLSTM's does."""
+    (Y [seq, directions, batch, hidden] in time order, the last h, the last c)."""
     directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     product, span = _product(rows, hidden, width)
+    step_gates = _lstm_gates(seq, hidden, rows, lanes, reverse)
 
     @T.prim_func(private=True, s_tir=True)
     def lstm(products: T.Buffer((seq, batch, directions * width), "float32"),
@@ -118,41 +130,71 @@ def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
                     d = T.axis.spatial(directions, direction)
                     gates = T.sblock_alloc_buffer((rows, width), "float32")
                     sums = T.sblock_alloc_buffer((rows, span), "float32", scope="local")
-                    state = T.sblock_alloc_buffer((1, batch, hidden), "float32")  # h as quantized
+                    for b, j in T.grid(batch, hidden):
+                        h[d, b, j] = h0[d, b, j]
+                        c[d, b, j] = c0[d, b, j]
+                    for step, first in T.grid(seq, batch // rows):
+                        product(h, d, first * rows, 0, recurrent, d, gates, sums)
+                        step_gates(step, d, first, products, gates, h, c, y)
+
+    return lstm
+
+
+CODES = 255.0  # a dynamically quantized state's uint8 codes
+
+
+def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
+                            codes_dtype: str) -> tvm.tirx.PrimFunc:
+    """`lstm_sequence` as com.microsoft.DynamicQuantizeLSTM computes it: each step quantizes the
+    previous h of its direction to uint8 with its own range, as ONNX Runtime does (see
+    `frontend.dynamic_quantization`: the range widened to hold 0 over 255 codes, a scale of 1
+    where it is 0, each value rounded half to even and saturated), and takes the integer
+    product of the codes less their zero point with R's codes, scaled by the two scales:
+    (products, recurrent [directions, 4 * hidden, hidden] R's codes less their zero point
+    (`codes_dtype` int8 or int16), recurrent_scale [directions, 4 * hidden], h0, c0) -> as
+    `lstm_sequence`. The products are exact in int32; LLVM makes them `vpmaddwd`s."""
+    directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
+    step_gates = _lstm_gates(seq, hidden, rows, lanes, reverse)
+
+    @T.prim_func(private=True, s_tir=True)
+    def lstm(products: T.Buffer((seq, batch, directions * width), "float32"),
+             recurrent: T.Buffer((directions, width, hidden), codes_dtype),
+             recurrent_scale: T.Buffer((directions, width), "float32"),
+             h0: T.Buffer((directions, batch, hidden), "float32"), c0: T.Buffer((directions, batch, hidden), "float32"),
+             y: T.Buffer((seq, directions, batch, hidden), "float32"), h: T.Buffer((directions, batch, hidden), "float32"),
+             c: T.Buffer((directions, batch, hidden), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
+            for direction in T.parallel(directions):
+                with T.sblock("direction"):  # its buffers are allocated per task
+                    d = T.axis.spatial(directions, direction)
+                    gates = T.sblock_alloc_buffer((rows, width), "float32")
+                    state = T.sblock_alloc_buffer((batch, hidden), "int16")  # h's codes less their zero point
                     bounds = T.sblock_alloc_buffer((2,), "float32", scope="local")  # its zero point, scale
+                    total = T.sblock_alloc_buffer((1,), "int32", scope="local")
                     for b, j in T.grid(batch, hidden):
                         h[d, b, j] = h0[d, b, j]
                         c[d, b, j] = c0[d, b, j]
                     for step in range(seq):
-                        if quantized_state:
-                            _quantize_state(h, d, batch, hidden, state, bounds)
+                        bounds[0] = T.float32(0.0)
+                        bounds[1] = T.float32(0.0)
+                        for b, j in T.grid(batch, hidden):
+                            bounds[0] = T.min(bounds[0], h[d, b, j])
+                            bounds[1] = T.max(bounds[1], h[d, b, j])
+                        bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0),
+                                             (bounds[1] - bounds[0]) / T.float32(CODES))
+                        bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(CODES)))
+                        for b, j in T.grid(batch, hidden):
+                            state[b, j] = T.Cast("int16", T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0],
+                                                                      T.float32(0.0)), T.float32(CODES)) - bounds[0])
                         for first in range(batch // rows):
-                            if quantized_state:
-                                product(state, 0, first * rows, 0, recurrent, d, gates, sums)
-                            else:
-                                product(h, d, first * rows, 0, recurrent, d, gates, sums)
-                            for r, column in T.grid(rows, hidden // lanes):
-                                # Index expressions spelled out: TVM's vectorizer mishandled them as lets.
-                                for lane in T.vectorized(lanes):
-                                    c[d, first * rows + r, column * lanes + lane] = (
-                                        _sigmoid(gates[r, 2 * hidden + column * lanes + lane]
-                                                 + products[_time(step, d, seq, reverse), first * rows + r,
-                                                            d * width + 2 * hidden + column * lanes + lane])
-                                        * c[d, first * rows + r, column * lanes + lane]
-                                        + _sigmoid(gates[r, column * lanes + lane]
-                                                   + products[_time(step, d, seq, reverse), first * rows + r,
-                                                              d * width + column * lanes + lane])
-                                        * _tanh(gates[r, 3 * hidden + column * lanes + lane]
-                                                + products[_time(step, d, seq, reverse), first * rows + r,
-                                                           d * width + 3 * hidden + column * lanes + lane]))
-                                for lane in T.vectorized(lanes):
-                                    h[d, first * rows + r, column * lanes + lane] = (
-                                        _sigmoid(gates[r, hidden + column * lanes + lane]
-                                                 + products[_time(step, d, seq, reverse), first * rows + r,
-                                                            d * width + hidden + column * lanes + lane])
-                                        * _tanh(c[d, first * rows + r, column * lanes + lane]))
-                                    y[_time(step, d, seq, reverse), d, first * rows + r, column * lanes + lane] = (
-                                        h[d, first * rows + r, column * lanes + lane])
+                            for r, column in T.grid(rows, width):
+                                total[0] = 0
+                                for k in range(hidden):
+                                    total[0] = total[0] + (T.Cast("int32", state[first * rows + r, k])
+                                                           * T.Cast("int32", recurrent[d, column, k]))
+                                gates[r, column] = T.Cast("float32", total[0]) * (bounds[1] * recurrent_scale[d, column])
+                            step_gates(step, d, first, products, gates, h, c, y)
 
     return lstm
 

@@ -179,5 +179,21 @@ def dynamic_quantize_lstm(bb, inputs, attrs, opset):
         list(inputs) + [None] * 12)[:12]
     weights = [_dequantized(bb, w, w_scale, w_zero_point), _dequantized(bb, r, r_scale, r_zero_point)]
     return lstm(bb, [fake_quantized(bb, x), *weights, bias, lengths, h0, c0, peepholes], attrs, opset,
-                quantize_state=lambda h: fake_quantized(bb, h))
+                quantize_state=lambda h: fake_quantized(bb, h), recurrent_codes=_codes_by_column(r, r_scale, r_zero_point))
+
+
+def _codes_by_column(codes, scale, zero_point):
+    """R's codes less their zero point, [directions, 4 * hidden, hidden] (int8 where the zero
+    point is 0, else int16), and their scales [directions, 4 * hidden], as constants; None where
+    one of them is not a constant."""
+    if not all(isinstance(v, GenericConst) for v in (codes, scale, zero_point)):
+        return None
+    values, scales, zero_points = (v.value.numpy() for v in (codes, scale, zero_point))
+    directions, width = values.shape[0], values.shape[2]
+    zero_points = zero_points.reshape(directions, 1, -1).astype(np.int16)
+    centred = np.ascontiguousarray((values.astype(np.int16) - zero_points).transpose(0, 2, 1))
+    if values.dtype == np.int8 and not zero_points.any():
+        centred = centred.astype(np.int8)
+    scales = np.broadcast_to(scales.reshape(directions, -1), (directions, width)).astype(np.float32)
+    return relax.const(centred), relax.const(np.ascontiguousarray(scales))
 

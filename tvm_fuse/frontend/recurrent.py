@@ -16,12 +16,14 @@ than in arithmetic.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from ..compute.recurrent import gru_sequence, lstm_sequence
+from ..compute.recurrent import gru_sequence, lstm_quantized_sequence, lstm_sequence
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import text
 
@@ -33,7 +35,9 @@ ACTIVATIONS = {
 # Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
 # direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
 SEQUENCE_KERNEL_MAX_STEP = 131_072
-# The same where each step quantizes the state, which as separate kernels is five more a step.
+# The same for a dynamically quantized LSTM, whose kernel multiplies integer codes and whose
+# dense layers would each quantize the state in five more kernels; two directions run as the
+# kernel whatever their steps, on two cores as the dense layers would.
 QUANTIZED_SEQUENCE_KERNEL_MAX_STEP = 4 * SEQUENCE_KERNEL_MAX_STEP
 
 
@@ -181,20 +185,29 @@ class _Recurrence:
         return relax.Tuple([self.emit(y)] + [self.emit(s) for s in states])
 
 
-def lstm(bb, inputs, attrs, opset, quantize_state=None):
-    """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c. `quantize_state`, if given, maps each step's
-    previous hidden state to what its product with R reads (a dynamically quantized LSTM's)."""
+def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None):
+    """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c. A dynamically quantized LSTM's (see
+    `dynamic_quantization`) gives `quantize_state`, which maps each step's previous hidden state
+    to what its product with R reads, and `recurrent_codes`, R's codes less their zero point
+    [directions, 4 * hidden, hidden] and their scales [directions, 4 * hidden], or None where
+    they are not constants, for its sequence kernel's integer products."""
     rnn = _Recurrence(bb, inputs, attrs, gates=4)
     if int(attrs.get("input_forget", 0)):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
     act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
-    if _one_kernel(rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes,
-                   quantize_state is not None):
-        func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse), quantize_state is not None)
-        args = [rnn.all_input_products(recurrent_bias=True), rnn.all_recurrent(), rnn.all_initial(rnn.h0),
-                rnn.all_initial(c0)]
-        return rnn.sequence_kernel(func, "lstm", args, 2)
+    if (quantize_state is None or recurrent_codes is not None) and _one_kernel(
+            rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes,
+            quantize_state is not None):
+        states = [rnn.all_initial(rnn.h0), rnn.all_initial(c0)]
+        if quantize_state is None:
+            func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse))
+            recurrent = [rnn.all_recurrent()]
+        else:
+            func = lstm_quantized_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse),
+                                           str(recurrent_codes[0].ty.dtype))
+            recurrent = list(recurrent_codes)
+        return rnn.sequence_kernel(func, "lstm", [rnn.all_input_products(recurrent_bias=True), *recurrent, *states], 2)
     sequences, finals = [], []
     for d in range(len(rnn.reverse)):
         f, g, h_act = act[3 * d: 3 * d + 3]
@@ -225,8 +238,11 @@ def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None, quantize
     """Whether the directions run as one kernel of `compute.recurrent`, each on a core:
     ONNX's `default` activations in every direction, no peepholes or clip, fp32, a static
     batch, and several steps, each small enough (larger where the state is quantized at each
-    step). (One step, Silero VAD's per chunk, ran 3% slower so: its dense kernel reads R packed.)"""
-    limit = QUANTIZED_SEQUENCE_KERNEL_MAX_STEP if quantized_state else SEQUENCE_KERNEL_MAX_STEP
+    step, or any where two directions take two cores). (One step, Silero VAD's per chunk, ran 3%
+    slower so: its dense kernel reads R packed.)"""
+    limit = SEQUENCE_KERNEL_MAX_STEP
+    if quantized_state:
+        limit = math.inf if len(rnn.reverse) == 2 else QUANTIZED_SEQUENCE_KERNEL_MAX_STEP
     return (1 < rnn.seq and list(activations) == default * len(rnn.reverse)
             and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
             and isinstance(rnn.batch, tvm.tirx.IntImm)
