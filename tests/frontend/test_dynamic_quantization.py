@@ -38,6 +38,7 @@ def _reference(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:
     {"direction": "bidirectional"},
     {"direction": "reverse", "states": False, "bias": False},
     {"batch": 1, "hidden": 8, "seq": 7},
+    {"seq": 1},
     {"clip": 1.5},  # a dense layer per step, not the sequence kernel
 ], ids=str)
 def test_a_dynamically_quantized_lstm_matches_onnx_runtime(options, tmp_path):

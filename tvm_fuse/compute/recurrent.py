@@ -152,9 +152,11 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
     product of the codes less their zero point with R's codes, scaled by the two scales:
     (products, recurrent [directions, 4 * hidden, hidden] R's codes less their zero point
     (`codes_dtype` int8 or int16), recurrent_scale [directions, 4 * hidden], h0, c0) -> as
-    `lstm_sequence`. The products are exact in int32; LLVM makes them `vpmaddwd`s."""
+    `lstm_sequence`. The products are exact in int32; LLVM makes them `vpmaddwd`s. One
+    direction's take every core, its columns split between them at each step."""
     directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     step_gates = _lstm_gates(seq, hidden, rows, lanes, reverse)
+    direction_loop, column_loop = (T.parallel, T.serial) if directions > 1 else (T.serial, T.parallel)
 
     @T.prim_func(private=True, s_tir=True)
     def lstm(products: T.Buffer((seq, batch, directions * width), "float32"),
@@ -165,13 +167,13 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
              c: T.Buffer((directions, batch, hidden), "float32")):
         T.func_attr({"tirx.noalias": True})
         with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
-            for direction in T.parallel(directions):
+            for direction in direction_loop(directions):
                 with T.sblock("direction"):  # its buffers are allocated per task
                     d = T.axis.spatial(directions, direction)
                     gates = T.sblock_alloc_buffer((rows, width), "float32")
+                    sums = T.sblock_alloc_buffer((rows, width), "int32")
                     state = T.sblock_alloc_buffer((batch, hidden), "int16")  # h's codes less their zero point
                     bounds = T.sblock_alloc_buffer((2,), "float32", scope="local")  # its zero point, scale
-                    total = T.sblock_alloc_buffer((1,), "int32", scope="local")
                     for b, j in T.grid(batch, hidden):
                         h[d, b, j] = h0[d, b, j]
                         c[d, b, j] = c0[d, b, j]
@@ -188,12 +190,14 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
                             state[b, j] = T.Cast("int16", T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0],
                                                                       T.float32(0.0)), T.float32(CODES)) - bounds[0])
                         for first in range(batch // rows):
-                            for r, column in T.grid(rows, width):
-                                total[0] = 0
-                                for k in range(hidden):
-                                    total[0] = total[0] + (T.Cast("int32", state[first * rows + r, k])
-                                                           * T.Cast("int32", recurrent[d, column, k]))
-                                gates[r, column] = T.Cast("float32", total[0]) * (bounds[1] * recurrent_scale[d, column])
+                            for column in column_loop(width):
+                                for r in range(rows):
+                                    sums[r, column] = 0
+                                    for k in range(hidden):
+                                        sums[r, column] = sums[r, column] + (
+                                            T.Cast("int32", state[first * rows + r, k]) * T.Cast("int32", recurrent[d, column, k]))
+                                    gates[r, column] = T.Cast("float32", sums[r, column]) * (
+                                        bounds[1] * recurrent_scale[d, column])
                             step_gates(step, d, first, products, gates, h, c, y)
 
     return lstm

@@ -16,8 +16,6 @@ than in arithmetic.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tvm
 from tvm import relax
@@ -35,10 +33,6 @@ ACTIVATIONS = {
 # Multiply-adds of a step's product with R (batch x hidden x 4 hidden) up to which an LSTM
 # direction runs as one kernel, on one thread; larger steps are dense layers in parallel.
 SEQUENCE_KERNEL_MAX_STEP = 131_072
-# The same for a dynamically quantized LSTM, whose kernel multiplies integer codes and whose
-# dense layers would each quantize the state in five more kernels; two directions run as the
-# kernel whatever their steps, on two cores as the dense layers would.
-QUANTIZED_SEQUENCE_KERNEL_MAX_STEP = 4 * SEQUENCE_KERNEL_MAX_STEP
 
 
 def _activations(attrs, defaults: list[str], directions: int) -> list:
@@ -237,16 +231,15 @@ def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None):
 def _one_kernel(rnn: _Recurrence, activations, default, peepholes=None, quantized_state: bool = False) -> bool:
     """Whether the directions run as one kernel of `compute.recurrent`, each on a core:
     ONNX's `default` activations in every direction, no peepholes or clip, fp32, a static
-    batch, and several steps, each small enough (larger where the state is quantized at each
-    step, or any where two directions take two cores). (One step, Silero VAD's per chunk, ran 3%
-    slower so: its dense kernel reads R packed.)"""
-    limit = SEQUENCE_KERNEL_MAX_STEP
-    if quantized_state:
-        limit = math.inf if len(rnn.reverse) == 2 else QUANTIZED_SEQUENCE_KERNEL_MAX_STEP
-    return (1 < rnn.seq and list(activations) == default * len(rnn.reverse)
-            and peepholes is None and rnn.clip is None and str(rnn.x.ty.dtype) == "float32"
-            and isinstance(rnn.batch, tvm.tirx.IntImm)
-            and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= limit)
+    batch, and several steps, each small enough; or any steps where the state is quantized at
+    each step: that kernel multiplies integer codes, and dense layers would each quantize the
+    state in three more kernels. (One step, Silero VAD's per chunk, ran 3% slower so: its dense
+    kernel reads R packed.)"""
+    if not (list(activations) == default * len(rnn.reverse) and peepholes is None and rnn.clip is None
+            and str(rnn.x.ty.dtype) == "float32" and isinstance(rnn.batch, tvm.tirx.IntImm)):
+        return False
+    return quantized_state or (1 < rnn.seq
+                               and int(rnn.batch) * rnn.hidden * rnn.gates * rnn.hidden <= SEQUENCE_KERNEL_MAX_STEP)
 
 
 def gru(bb, inputs, attrs, opset):
