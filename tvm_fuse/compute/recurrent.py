@@ -4,7 +4,8 @@ gates' activations and the new states. Written as TIR, not te: a te compute cann
 own previous step, so each step would be stages of its own, unrolled, whose build time grows
 with the square of the steps. As Relax ops, each step was three or four kernels and their VM
 calls and allocations, which took most of a small recurrence's time. One thread: a step is a
-few thousand multiply-adds, and on two threads each would wait for a join."""
+few thousand multiply-adds, and on two threads each would wait for a join. (A dynamically
+quantized LSTM's integer steps are larger: one direction splits them between the cores.)"""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ activations of `ACTIVATIONS` follow the ONNX spec; `sequence_lens` must equal th
 A small LSTM or GRU with the default activations, no peepholes and no clip is instead one kernel
 over the whole sequence (`compute.recurrent`), each direction on a core of its own, its steps a
 few thousand multiply-adds each, which as separate kernels cost more in calls and allocations
-than in arithmetic.
+than in arithmetic; so is a dynamically quantized LSTM of any size, whose kernel quantizes the
+state itself and multiplies integer codes.
 """
 
 from __future__ import annotations
@@ -190,11 +191,11 @@ def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
     act = _activations(attrs, ["sigmoid", "tanh", "tanh"], len(rnn.reverse))
-    if (quantize_state is None or recurrent_codes is not None) and _one_kernel(
-            rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes,
-            quantize_state is not None):
+    quantized = quantize_state is not None
+    if (not quantized or recurrent_codes is not None) and _one_kernel(
+            rnn, act, [ACTIVATIONS["sigmoid"], ACTIVATIONS["tanh"], ACTIVATIONS["tanh"]], peepholes, quantized):
         states = [rnn.all_initial(rnn.h0), rnn.all_initial(c0)]
-        if quantize_state is None:
+        if not quantized:
             func = lstm_sequence(rnn.seq, int(rnn.batch), rnn.hidden, tuple(rnn.reverse))
             recurrent = [rnn.all_recurrent()]
         else:
@@ -212,7 +213,7 @@ def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None):
         h, c = rnn.initial(rnn.h0, d), rnn.initial(c0, d)
         hs = {}
         for t in rnn.steps(d):
-            state = quantize_state(h) if quantize_state is not None else h
+            state = quantize_state(h) if quantized else h
             gates = rnn.emit(relax.op.add(_index(xw, t), relax.op.matmul(state, rt)))
             i, o, forget, cell = _gates(gates, 4, rnn.hidden)
             if p is not None:
