@@ -13,6 +13,7 @@ import tvm
 from tvm.script import tirx as T
 
 from .fast_math import exp_f32
+from .requantize import U8_MAX
 
 LANES = 16  # the widest fp32 vector (LLVM splits it on a narrower ISA)
 COLUMN_VECTORS = 5  # vectors of gate columns accumulated in registers together, at most
@@ -141,9 +142,6 @@ def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) 
     return lstm
 
 
-CODES = 255.0  # a dynamically quantized state's uint8 codes
-
-
 def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
                             codes_dtype: str) -> tvm.tirx.PrimFunc:
     """`lstm_sequence` as com.microsoft.DynamicQuantizeLSTM computes it: each step quantizes the
@@ -185,11 +183,11 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
                             bounds[0] = T.min(bounds[0], h[d, b, j])
                             bounds[1] = T.max(bounds[1], h[d, b, j])
                         bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0),
-                                             (bounds[1] - bounds[0]) / T.float32(CODES))
-                        bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(CODES)))
+                                             (bounds[1] - bounds[0]) / T.float32(U8_MAX))
+                        bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(U8_MAX)))
                         for b, j in T.grid(batch, hidden):
                             state[b, j] = T.Cast("int16", T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0],
-                                                                      T.float32(0.0)), T.float32(CODES)) - bounds[0])
+                                                                      T.float32(0.0)), T.float32(U8_MAX)) - bounds[0])
                         for first in range(batch // rows):
                             for column in column_loop(width):
                                 for r in range(rows):

@@ -19,10 +19,11 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+from ..compute.requantize import U8_MAX
+from ..quantization.weights import holds_integers
 from .recurrent import lstm
 
 _FLOAT = "float32"
-_CODES = 255.0  # uint8: codes 0 to 255
 
 
 def _scalar(value: float):
@@ -36,14 +37,14 @@ def quantization_parameters(bb, x):
     low = bb.emit(relax.op.minimum(relax.op.min(x), zero))
     high = bb.emit(relax.op.maximum(relax.op.max(x), zero))
     width = relax.op.subtract(high, low)
-    scale = bb.emit(relax.op.where(relax.op.equal(width, zero), _scalar(1.0), relax.op.divide(width, _scalar(_CODES))))
-    zero_point = bb.emit(relax.op.round(relax.op.clip(relax.op.negative(relax.op.divide(low, scale)), 0.0, _CODES)))
+    scale = bb.emit(relax.op.where(relax.op.equal(width, zero), _scalar(1.0), relax.op.divide(width, _scalar(U8_MAX))))
+    zero_point = bb.emit(relax.op.round(relax.op.clip(relax.op.negative(relax.op.divide(low, scale)), 0.0, float(U8_MAX))))
     return scale, zero_point
 
 
 def _codes(x, scale, zero_point):
     """The uint8 codes of `x` as float32 integers: round half to even, then saturate."""
-    return relax.op.clip(relax.op.add(relax.op.round(relax.op.divide(x, scale)), zero_point), 0.0, _CODES)
+    return relax.op.clip(relax.op.add(relax.op.round(relax.op.divide(x, scale)), zero_point), 0.0, float(U8_MAX))
 
 
 def fake_quantized(bb, x):
@@ -70,16 +71,33 @@ def _as_float(bb, value):
     return bb.emit(relax.op.astype(value, _FLOAT))
 
 
+def _constants(*values) -> list[np.ndarray] | None:
+    """The arrays of `values` (None passes as None) if all are constants, else None."""
+    if not all(v is None or isinstance(v, GenericConst) for v in values):
+        return None
+    return [None if v is None else v.value.numpy() for v in values]
+
+
 def _centred(bb, codes, zero_point, per_channel_axis: int | None = None):
     """`codes` minus `zero_point` as float32 (exact: integers below 2^9). A zero point of one
-    value per channel lies along `per_channel_axis`."""
+    value per channel lies along `per_channel_axis`. Constants are computed in numpy: TVM's
+    FoldConstant compiles a kernel for each op it folds."""
+    shape = None
+    if zero_point is not None and zero_point.ty.ndim == 1 and per_channel_axis is not None:
+        shape = [1] * codes.ty.ndim
+        shape[per_channel_axis] = -1
+    arrays = _constants(codes, zero_point)
+    if arrays is not None:
+        values, offset = arrays
+        values = values.astype(_FLOAT)
+        if offset is not None:
+            values = values - (offset.reshape(shape) if shape else offset).astype(_FLOAT)
+        return relax.const(values)
     values = _as_float(bb, codes)
     if zero_point is None:
         return values
     offset = _as_float(bb, zero_point)
-    if zero_point.ty.ndim == 1 and per_channel_axis is not None:
-        shape = [1] * codes.ty.ndim
-        shape[per_channel_axis] = -1
+    if shape:
         offset = bb.emit(relax.op.reshape(offset, shape))
     return bb.emit(relax.op.subtract(values, offset))
 
@@ -120,8 +138,7 @@ def _integer_valued(bb, expr) -> bool:
     """Whether float32 `expr` holds integers by its construction: codes as floats, minus zero
     points, and ConvInteger's and MatMulInteger's products of them (exact below 2^24)."""
     if isinstance(expr, GenericConst):
-        values = expr.value.numpy()
-        return bool(np.all(values == np.round(values)))
+        return holds_integers(expr.value.numpy())
     value = bb.lookup_binding(expr) if isinstance(expr, relax.Var) else None
     if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
         return False
@@ -161,7 +178,15 @@ def cast(bb, inputs, attrs, opset):
 def _dequantized(bb, codes, scale, zero_point):
     """DynamicQuantizeLSTM's weights [directions, rows, 4 * hidden] as ONNX LSTM's float
     [directions, 4 * hidden, rows]: scale * (code - zero point), a scale and zero point per
-    direction ([directions]) or per gate column ([directions, 4 * hidden])."""
+    direction ([directions]) or per gate column ([directions, 4 * hidden]); in numpy where they
+    are constants, as they are in every model `quantize_dynamic` writes."""
+    arrays = _constants(codes, scale, zero_point)
+    if arrays is not None and all(a is not None for a in arrays):
+        values, scales, zero_points = arrays
+        directions = values.shape[0]
+        values = (values.astype(_FLOAT) - zero_points.reshape(directions, 1, -1)) * scales.reshape(directions, 1, -1)
+        return relax.const(np.ascontiguousarray(values.transpose(0, 2, 1).astype(_FLOAT)))
+
     def per_column(value):
         as_float = _as_float(bb, value)
         return relax.op.reshape(as_float, [-1, 1, 1]) if value.ty.ndim == 1 else relax.op.expand_dims(as_float, 1)
@@ -186,9 +211,10 @@ def _codes_by_column(codes, scale, zero_point):
     """R's codes less their zero point, [directions, 4 * hidden, hidden] (int8 where the zero
     point is 0, else int16), and their scales [directions, 4 * hidden], as constants; None where
     one of them is not a constant."""
-    if not all(isinstance(v, GenericConst) for v in (codes, scale, zero_point)):
+    arrays = _constants(codes, scale, zero_point)
+    if arrays is None or any(a is None for a in arrays):
         return None
-    values, scales, zero_points = (v.value.numpy() for v in (codes, scale, zero_point))
+    values, scales, zero_points = arrays
     directions, width = values.shape[0], values.shape[2]
     zero_points = zero_points.reshape(directions, 1, -1).astype(np.int16)
     centred = np.ascontiguousarray((values.astype(np.int16) - zero_points).transpose(0, 2, 1))

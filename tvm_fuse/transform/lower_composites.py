@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import tvm
 from tvm import relax, te
 from tvm.ir.expr import GenericConst
@@ -36,6 +35,7 @@ from ..compute.winograd_nchwc import (
 )
 from ..ir_names import ANCHOR_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
 from ..patterns.table import composite_nodes, composite_of
+from ..quantization.weights import holds_integers
 from .relax_helpers import mutate_functions
 
 
@@ -99,15 +99,10 @@ def _rearranged_weight(func: relax.Function, args, block: int, winograd: bool) -
         return _Weight(position, relax.const(pack_dense_weight(weight.value.numpy(), block)))
     # Integer weights (ConvInteger's, `frontend.dynamic_quantization`) make an exact product in
     # the direct conv; Winograd's transforms round it, and its int32 result came out 1 apart.
-    tile = winograd_tile(anchor) if winograd and not _integers(weight.value.numpy()) else None
+    tile = winograd_tile(anchor) if winograd and not holds_integers(weight.value.numpy()) else None
     if tile is None:
         return None
     return _Weight(position, relax.const(transform_weight(weight.value.numpy(), tile)), winograd_tile=tile)
-
-
-def _integers(array: np.ndarray) -> bool:
-    head = array.reshape(-1)[:256]  # a float model's weights fail here, without a pass over all
-    return bool(np.array_equal(head, np.round(head)) and np.array_equal(array, np.round(array)))
 
 
 def winograd_tile(conv: relax.Call, table=TILE_BY_OUTPUT_SIDE) -> int | None:
