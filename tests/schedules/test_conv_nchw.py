@@ -44,3 +44,17 @@ def test_a_conv_of_few_channels_matches_onnx_runtime(width):
     model = conv_model((1, 16, 9, width), 4)
     feed = {"x": np.random.default_rng(1).standard_normal((1, 16, 9, width)).astype(np.float32)}
     assert_close(tvm_fuse.build(model, target=VECTOR_HOST).run(None, feed), ort_outputs(model, feed))
+
+
+def test_a_conv_over_symbolic_rows_and_columns_matches_onnx_runtime():
+    """Its size known only at run time: no rounding to crop (the crop read the sizes as ints and
+    failed to build; found by the differential net's integer family, a 1x1 ConvInteger)."""
+    model = conv_model((1, 1, 5, 7), 3, relu=False)
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    model.graph.output[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    model.graph.output[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    compiled = tvm_fuse.build(model, target=VECTOR_HOST)
+    for shape in [(1, 1, 5, 7), (1, 1, 2, 33)]:
+        feed = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed))

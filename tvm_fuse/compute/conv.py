@@ -71,8 +71,9 @@ def gathered_strided_input(data: te.Tensor, kernel, strides, padding):
 
 def crop(out: te.Tensor, size) -> te.Tensor:
     """`out` (N, C, spatial..., trailing) cut to its first `size` rows (and columns): the output
-    of a `sliding_window` whose size was rounded up."""
-    if [int(extent) for extent in out.shape[2:2 + len(size)]] == [int(extent) for extent in size]:
+    of a `sliding_window` whose size was rounded up. Sizes may be symbolic (rounded never)."""
+    analyzer = tvm.sym.Analyzer()
+    if all(analyzer.can_prove_equal(extent, wanted) for extent, wanted in zip(out.shape[2:2 + len(size)], size)):
         return out
     return te.compute((*out.shape[:2], *size, *out.shape[2 + len(size):]), lambda *i: out(*i), name="crop")
 
