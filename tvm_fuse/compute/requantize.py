@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
 from tvm import te, tirx
 
 U8_MAX = 255
 # 1.5 x 2**23: a float32 in [2**23, 2**24) is an integer, so adding this to a value of magnitude
 # below 2**22 rounds it to an integer (ties to even), which the float's low bits then hold.
 ROUNDING_SHIFT = 12582912.0
+
+
+def holds_integers(values: np.ndarray) -> bool:
+    """Whether every value is an integer: codes held as floats (ConvInteger's). A float model's
+    weights fail on their first 256 values, without a pass over all of them."""
+    head = values.reshape(-1)[:256]
+    return bool(np.array_equal(head, np.round(head)) and np.array_equal(values, np.round(values)))
 
 
 def dequantize_accumulator(acc: te.Tensor, multiplier: te.Tensor, correction: te.Tensor | None = None) -> te.Tensor:

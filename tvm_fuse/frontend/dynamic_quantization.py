@@ -19,8 +19,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
-from ..compute.requantize import U8_MAX
-from ..quantization.weights import holds_integers
+from ..compute.requantize import U8_MAX, holds_integers
 from .recurrent import lstm
 
 _FLOAT = "float32"

@@ -12,13 +12,6 @@ S8_MAX = 127
 S7_MAX = 63
 
 
-def holds_integers(values: np.ndarray) -> bool:
-    """Whether every value is an integer: codes held as floats (ConvInteger's). A float model's
-    weights fail on their first 256 values, without a pass over all of them."""
-    head = values.reshape(-1)[:256]
-    return bool(np.array_equal(head, np.round(head)) and np.array_equal(values, np.round(values)))
-
-
 def quantize_blocked_weight(weight: np.ndarray, limit: int, per_channel: bool = True
                             ) -> tuple[np.ndarray, np.ndarray]:
     """OIHW{i}i{o}o fp32 -> (the s8 codes in the same layout, the scales as (O/o, o)), a scale

@@ -25,6 +25,7 @@ from ..compute import epilogue
 from ..compute.conv import convolution, is_depthwise
 from ..compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from ..compute.matmul import dense_packed, matmul, pack_dense_weight
+from ..compute.requantize import holds_integers
 from ..compute.winograd_nchwc import (
     KERNEL,
     MIN_INPUT_CHANNELS,
@@ -35,7 +36,6 @@ from ..compute.winograd_nchwc import (
 )
 from ..ir_names import ANCHOR_ATTR, OP_PATTERN_ATTR, OPAQUE, PATTERN_ATTR
 from ..patterns.table import composite_nodes, composite_of
-from ..quantization.weights import holds_integers
 from .relax_helpers import mutate_functions
 
 
