@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import ort_outputs
-from tests.quantization.models import ort_qdq, residual_block
+from tests.quantization.models import attention, ort_qdq, residual_block
+from tvm_fuse.benchmarking.compare import onnxruntime_session
 from tvm_fuse.calibrate import int8_pass
 from tvm_fuse.frontend import relax_module
 from tvm_fuse.frontend.qdq import read_qdq
@@ -78,6 +79,36 @@ def test_a_qdq_model_matches_onnx_runtime_running_it(activations):
     # there differs by one, and ours stays the closer to the float model.
     assert codes_apart.max() <= 2 and (codes_apart == 0).mean() >= 0.7
     assert np.abs(ours - floats).mean() <= 1.05 * np.abs(theirs - floats).mean()
+
+
+def _qdq_attention(tokens: int):
+    samples = np.random.default_rng(1).standard_normal((8, tokens, 64)).astype(np.float32)
+    return ort_qdq(attention(tokens), samples)
+
+
+def test_pairs_only_int8_kernels_round_again_stay_in_the_graph():
+    """A pair goes where an int8 kernel reads the tensor (it rounds it on the same grid) and
+    stays for the softmax's probabilities (256 codes), the two rounded operands of q @ k^T
+    and each product a bias is added to."""
+    floats, table = read_qdq(_qdq_attention(16))
+    kept = {n.input[0] for n in floats.graph.node if n.op_type == "QuantizeLinear"}
+    assert {"weights", "q", "scores", "q_product", "o_product", "y_QuantizeLinear_Input"} <= kept
+    assert "x" not in kept and "attended" not in kept  # read by dense layers only
+    assert {"x", "attended"} <= set(table.tensors)
+    assert "Softmax" in _op_types(floats) and "Clip" not in _op_types(floats)  # no clip nothing reads
+
+
+@pytest.mark.vnni
+@pytest.mark.parametrize("tokens", [2, 32])  # dense layers of few rows and of many
+def test_a_qdq_attention_computes_its_pairs_as_written(tokens):
+    """Every output code as ONNX Runtime computes the graph as written (its graph optimizations
+    off). Reading the pairs' tensors unrounded, half the codes were one to four apart."""
+    qdq = _qdq_attention(tokens)
+    feed = {"x": np.random.default_rng(2).standard_normal((1, tokens, 64)).astype(np.float32)}
+    (ours,), (written,) = tvm_fuse.build(qdq).run(None, feed), onnxruntime_session(qdq, 2, optimized=False).run(None, feed)
+    step = float(numpy_helper.to_array(next(i for i in qdq.graph.initializer if i.name == "y_scale")))
+    codes_apart = np.rint(np.abs(ours - written) / step)
+    assert codes_apart.max() <= 1 and (codes_apart == 0).mean() >= 0.99
 
 
 def _graph(nodes, initializers, output_shape=(1, 16, 8, 8)):

@@ -151,6 +151,32 @@ def conv_chain(depth: int = 3, channels: int = 16, size: int = 14, seed: int = 0
     return _model("conv_chain", nodes, shape, shape, weights)
 
 
+def attention(tokens: int = 16, width: int = 64, seed: int = 0):
+    """x -> one self-attention head, as a transformer's exporter writes it: MatMul then Add of
+    each projection's bias, softmax(q @ k^T / sqrt(width)) @ v, the output projection (y)."""
+    rng = np.random.default_rng(seed)
+
+    def matrix(name):
+        return numpy_helper.from_array((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), name)
+
+    def bias(name):
+        return numpy_helper.from_array((rng.standard_normal(width) * 0.1).astype(np.float32), name)
+
+    nodes = []
+    for name in ("q", "k", "v", "o"):
+        source = "x" if name != "o" else "attended"
+        nodes += [helper.make_node("MatMul", [source, f"w{name}"], [f"{name}_product"]),
+                  helper.make_node("Add", [f"{name}_product", f"b{name}"], [name if name != "o" else "y"])]
+    nodes[6:6] = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+                  helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+                  helper.make_node("Mul", ["scores", "temperature"], ["scaled"]),
+                  helper.make_node("Softmax", ["scaled"], ["weights"], axis=-1),
+                  helper.make_node("MatMul", ["weights", "v"], ["attended"])]
+    weights = [t for name in ("q", "k", "v", "o") for t in (matrix(f"w{name}"), bias(f"b{name}"))]
+    weights.append(numpy_helper.from_array(np.array(1 / np.sqrt(width), np.float32), "temperature"))
+    return _model("attention", nodes, [1, tokens, width], [1, tokens, width], weights)
+
+
 def ort_qdq(model, samples: np.ndarray, activations: str = "uint8"):
     """`model` quantized by ONNX Runtime's tool: static QDQ, per-channel s8 weights, minmax
     ranges over `samples` (stacked on the batch axis)."""

@@ -31,9 +31,10 @@ class Runtime(Protocol):
     def run(self, output_names, feed: dict) -> list[np.ndarray]: ...
 
 
-def onnxruntime_session(model: onnx.ModelProto, num_threads: int, spinning: bool = True):
+def onnxruntime_session(model: onnx.ModelProto, num_threads: int, spinning: bool = True, optimized: bool = True):
     """An ONNX Runtime CPU session with all graph optimizations, as users deploy it; without
-    `spinning`, its idle threads sleep at once (`session.intra_op.allow_spinning` 0)."""
+    `spinning`, its idle threads sleep at once (`session.intra_op.allow_spinning` 0); without
+    `optimized`, it runs every node of the graph as written (no fusion, no folding)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -41,7 +42,8 @@ def onnxruntime_session(model: onnx.ModelProto, num_threads: int, spinning: bool
             "comparing with ONNX Runtime needs it installed: pip install 'tvm_fuse[bench]'"
         ) from None
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     options.intra_op_num_threads = num_threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: the light models carry unused initializers

@@ -69,6 +69,14 @@ def requantized(real: te.Tensor, inverse_scale, shift) -> te.Tensor:
     return te.compute(real.shape, lambda *i: _code(real(*i), inverse_scale, shift), name="quantize")
 
 
+def on_grid(real: te.Tensor, scale: float, zero_point: int) -> te.Tensor:
+    """`real` rounded to its nearest u8 code of (`scale`, `zero_point`), as a real value: a
+    QuantizeLinear and its DequantizeLinear in one pass."""
+    inverse, shift = 1.0 / scale, code_shift(zero_point)
+    return te.compute(real.shape, lambda *i: (_code(real(*i), inverse, shift).astype("float32") - float(zero_point))
+                      * scale, name="on_grid")
+
+
 def quantize(real: te.Tensor, scale: float, zero_point: int, block: int | None = None) -> te.Tensor:
     """`real` as u8 codes. `block`: the last axis padded to this many lanes with the code of
     zero (a 3-channel image made 4-channel for the int8 conv's quads)."""

@@ -9,6 +9,14 @@ the scales its pairs give, so they run on the same int8 kernels as a model we ca
   scale and zero point are kept, as u8 (s8 codes shifted by 128: the same grid), under the name
   of the tensor its readers now read. Where the pair's grid starts at 0 it also stood for a
   ReLU or ReLU6 that ONNX Runtime removed, so a Clip to the grid's range takes its place.
+  That holds for the readers that round the tensor again (`_RoundsAgain`): the int8 kernels of
+  convs and dense layers, and moves, pools and residual adds on the way to one or to another
+  pair (a CNN's output lands a code from ONNX Runtime's, as ONNX Runtime's own does when its
+  inputs move by 1e-6). Any other reader (a Softmax, a MatMul of two activations, the Add of a
+  bias after a MatMul) reads the pair itself, computed in float: there the rounding is the
+  model's arithmetic (attention probabilities on 256 codes), and reading those tensors
+  unrounded put a QDQ transformer's output (pipecat's smart-turn) 2.6e-3 from ONNX Runtime's,
+  where 1e-6 moves of its inputs move ONNX Runtime's by 1.8e-3; reading the pairs, 6e-8.
 - Anything else (per-axis activation scales, int8 graph inputs or outputs) stays as it is and
   runs as float math.
 """
@@ -27,6 +35,10 @@ METHOD = "qdq"  # a table read from the model's own pairs
 _ORDER_PRESERVING = {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool", "Reshape", "Flatten",
                      "Transpose", "Squeeze", "Unsqueeze", "Concat", "Identity"}
 _CODE_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
+# Ops that move, pick, pool or add values: where an int8 kernel or another pair rounds their
+# result again, reading their input unrounded moves that result by a code at most.
+_BEFORE_ROUNDING = {"MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Transpose",
+                    "Squeeze", "Unsqueeze", "Concat", "Identity", "Relu", "Clip", "Add"}
 
 
 def is_qdq(model: onnx.ModelProto) -> bool:
@@ -50,6 +62,8 @@ def read_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, CalibrationTable 
 
     renamed: dict[str, str] = {}  # a pair's dequantized tensor -> the float tensor replacing it
     replaced: dict[int, list[onnx.NodeProto]] = {}  # id(node) -> the nodes standing in its place
+    kept_pairs: dict[int, set[str]] = {}  # id(reader) -> dequantized tensors it reads as they are
+    rounds_again = _RoundsAgain(consumers, constants, outputs)
     bounds: list[onnx.TensorProto] = []
     tensors: dict[str, TensorScale] = {}
     non_negative: set[str] = set()
@@ -60,18 +74,25 @@ def read_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, CalibrationTable 
         if pair is None:
             continue
         dequantizes, scale, zero_point, (low_code, high_code) = pair
-        replacement, kept = node.input[0], []
+        others = {d.output[0]: [r for r in consumers.get(d.output[0], []) if not rounds_again(r)] for d in dequantizes}
+        if all(len(others[d.output[0]]) == len(consumers.get(d.output[0], [])) for d in dequantizes):
+            continue  # every reader reads the pair: it stays as it is
+        keeps_pair = any(others.values())
+        replaced[id(node)] = [node] if keeps_pair else []
+        replacement = node.input[0]
         if zero_point == low_code and renamed.get(node.input[0], node.input[0]) not in non_negative:
-            replacement = node.output[0]
+            replacement = f"{node.output[0]}/relu" if keeps_pair else node.output[0]
             high = scale * (high_code - zero_point)
-            kept = [_clip(node.name or replacement, node.input[0], replacement, high, opset, bounds)]
+            replaced[id(node)].append(_clip(replacement if keeps_pair else node.name or replacement, node.input[0],
+                                            replacement, high, opset, bounds))
         tensors[replacement] = TensorScale(scale, zero_point - low_code)
         if zero_point == low_code:
             non_negative.add(replacement)
-        replaced[id(node)] = kept
         for dequantize in dequantizes:
-            replaced[id(dequantize)] = []
+            replaced[id(dequantize)] = [dequantize] if others[dequantize.output[0]] else []
             renamed[dequantize.output[0]] = replacement
+            for reader in others[dequantize.output[0]]:
+                kept_pairs.setdefault(id(reader), set()).add(dequantize.output[0])
 
     result = onnx.ModelProto()
     result.CopyFrom(model)
@@ -82,7 +103,8 @@ def read_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, CalibrationTable 
         for kept in replaced.get(id(node), [node]):
             copy = result.graph.node.add()
             copy.CopyFrom(kept)
-            copy.input[:] = [renamed.get(name, name) for name in kept.input]
+            as_read = kept_pairs.get(id(node), set())
+            copy.input[:] = [name if name in as_read else renamed.get(name, name) for name in kept.input]
     used = {name for node in result.graph.node for name in node.input} | outputs
     initializers = [t for t in graph.initializer if t.name in used and t.name not in folded]
     initializers += [numpy_helper.from_array(v, name) for name, v in folded.items() if name in used]
@@ -163,6 +185,34 @@ def _activation_pair(node, consumers, constants, outputs):
                 or not np.array_equal(_zero_point(reader, constants), zero_point)):
             return None
     return readers, float(scale.reshape(())), int(zero_point.reshape(())), codes
+
+
+class _RoundsAgain:
+    """Whether a reader of a pair's dequantized tensor rounds it again before any other op reads
+    it: a conv or dense layer (its int8 kernel quantizes its input on the pair's scale), a pair, or one
+    of `_BEFORE_ROUNDING` whose every reader does so."""
+
+    def __init__(self, consumers, constants, outputs):
+        self.consumers, self.constants, self.outputs = consumers, constants, outputs
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, node: onnx.NodeProto) -> bool:
+        if id(node) not in self.known:
+            self.known[id(node)] = False  # a cycle (none in a valid graph) rounds nothing
+            self.known[id(node)] = self._rounds(node)
+        return self.known[id(node)]
+
+    def _rounds(self, node: onnx.NodeProto) -> bool:
+        if node.op_type in ("Conv", "Gemm", "QuantizeLinear"):
+            return True
+        if node.op_type == "MatMul":  # a dense layer: its weights are constant
+            return len(node.input) > 1 and node.input[1] in self.constants
+        if node.op_type not in _BEFORE_ROUNDING:
+            return False
+        if node.op_type == "Add" and any(name in self.constants for name in node.input):
+            return False  # a bias after a MatMul: shifted off the grid, it rounds elsewhere
+        return all(name not in self.outputs and self.consumers.get(name) and all(map(self, self.consumers[name]))
+                   for name in node.output)
 
 
 def _non_negative(node, constants, non_negative: set[str], renamed: dict[str, str]) -> bool:

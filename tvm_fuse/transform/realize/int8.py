@@ -15,6 +15,10 @@ their weights. Dense layers with more rows whose input has a calibrated scale ru
 at run time, a scale per group of 64 values of a row (`compute.dense_int8_groups`; each input
 quantized once, however many layers read it), and convs stay fp32.
 
+A pre-quantized (QDQ) model's table comes from its pairs (`frontend.qdq`), which stand for
+rounding: its dense layers run in int8 however few their rows, and a kernel left in fp32 reads
+such a tensor rounded to its pair's grid (`requantize.on_grid`), as the model computes.
+
 A kernel's output stays u8 only when every reader is an int8 kernel; otherwise it writes
 fp32 (a model output, a pooling or another op reads it). A depthwise conv (computed in fp32:
 it is bound by memory, not arithmetic) that only int8 kernels read writes u8 codes from its
@@ -47,6 +51,7 @@ from ...compute.dense_int8 import (
 )
 from ...compute.matmul import dense_packed, pack_dense_weight, packing_block
 from ...frontend import ImportedModel
+from ...frontend.qdq import METHOD as QDQ_METHOD
 from ...ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from ...patterns.table import composite_of
 from ...quantization.config import QuantConfig
@@ -84,9 +89,11 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         convs = [] if table is None else [c for c in quantizable_convs(mod, model, names, excluded)
                                           if all(n in table.tensors for n in (c.data, c.residual) if n)]
         # Without a table every dense layer quantizes its rows, few or many: at 16 rows (MiniLM at
-        # 16 tokens) 1.9x faster than fp32 math on s8 weights.
-        denses = weight_bound_denses(mod, model, excluded) if table is not None else []
-        rows = row_quantized_denses(mod, model, excluded, min_rows=1 if table is None else MAX_WEIGHT_BOUND_ROWS + 1)
+        # 16 tokens) 1.9x faster than fp32 math on s8 weights. A QDQ model's dense layers round
+        # their input to its pair's grid, as the model computes, however few their rows.
+        every_row = table is None or table.method == QDQ_METHOD
+        denses = [] if every_row else weight_bound_denses(mod, model, excluded)
+        rows = row_quantized_denses(mod, model, excluded, min_rows=1 if every_row else MAX_WEIGHT_BOUND_ROWS + 1)
         if table is not None:  # calibrated: the denses whose input has a scale
             values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
             rows = [v for v in rows if names.get(dense_input(mod, values[v])) in table.tensors]
@@ -129,6 +136,8 @@ class _Realizer(PyExprMutator):
         self.lanes = lanes
         self.amx = amx
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
+        self.qdq = table is not None and table.method == QDQ_METHOD
+        self.rounded: dict[relax.Var, relax.Var] = {}  # fp32 tensor of a QDQ pair -> its values on the grid
         self.row_codes: dict[relax.Var, tuple[relax.Var, relax.Var]] = {}  # fp32 tensor -> (codes, row params)
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
@@ -142,6 +151,8 @@ class _Realizer(PyExprMutator):
             return self._row_quantized_dense(binding)
         conv = self.convs.get(binding.var)
         if conv is None:
+            if self.qdq and isinstance(binding.value, relax.Call):
+                return self._rebind(binding, self._on_grids(binding.value))
             return super().visit_var_binding_(binding)
         call = binding.value
         func = self.mod[call.op]
@@ -257,6 +268,23 @@ class _Realizer(PyExprMutator):
         args = [self.visit_expr(a) for a in call.args]
         self._rebind(binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(_epilogue_scales(None, output))]))
+
+    def _on_grids(self, call: relax.Call) -> relax.Call:
+        """`call` reading each tensor whose QDQ pair `frontend.qdq` took out of the graph
+        rounded to that pair's grid, as the model computes: the pair went for the int8 kernels
+        that round their inputs themselves, and this reader is none of them."""
+        def argument(arg):
+            if isinstance(arg, relax.Tuple):
+                return relax.Tuple([argument(field) for field in arg.fields])
+            scale = self.table.tensors.get(self.names.get(arg)) if isinstance(arg, relax.Var) else None
+            if scale is None or not isinstance(arg.ty, relax.TensorType) or str(arg.ty.dtype) != "float32":
+                return self.visit_expr(arg)
+            if arg not in self.rounded:
+                self.rounded[arg] = self.builder_.emit(self.builder_.call_te(
+                    requantize.on_grid, self.visit_expr(arg), scale.scale, scale.zero_point, primfunc_name_hint="on_grid"))
+            return self.rounded[arg]
+
+        return relax.Call(call.op, [argument(a) for a in call.args], call.attrs, call.ty_args)
 
     def _pass_codes(self, binding: relax.VarBinding) -> None:
         """A max-pool or concat on the u8 codes of its inputs."""
