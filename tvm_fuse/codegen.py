@@ -25,6 +25,7 @@ from tvm.ir.expr import GenericConst
 from tvm.relax import _ffi_api as relax_ffi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
+from .ir_names import UNPEELED_ATTR
 from .target import host_cores
 
 
@@ -94,6 +95,18 @@ def weights_apart(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[tvm.runtime.Ten
     return updated, list(lift.parameters.values())
 
 
+def _built_alone(kernel: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) -> tvm.runtime.Module:
+    """A module of one kernel compiled; unpeeled (`UNPEELED_ATTR`) if TVM fails to compile it
+    peeled (its loop partition mixes int32 and int64 on some int64-indexed kernels: a reflect Pad
+    of a long row, a Flatten of a symbolic batch), its guarded stores then scalar."""
+    try:
+        return tvm.tirx.build(kernel, target=target, pipeline=tir_pipeline)
+    except (TypeError, tvm.error.InternalError):
+        (gvar, func), = kernel.functions.items()
+        unpeeled = tvm.IRModule({gvar: func.with_attr(UNPEELED_ATTR, True)}, attrs=kernel.attrs)
+        return tvm.tirx.build(unpeeled, target=target, pipeline=tir_pipeline)
+
+
 def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) -> relax.VMExecutable:
     """The VM executable of `mod` (a Relax module after the finalize passes), its kernels lowered
     by `tir_pipeline` and compiled in parallel."""
@@ -106,12 +119,16 @@ def executable(mod: tvm.IRModule, target: tvm.target.Target, tir_pipeline: str) 
     parts = _kernel_modules(leftover, host_cores())
     outer = tvm.transform.PassContext.current()
 
-    def build(part: tvm.IRModule) -> tvm.runtime.Module:
+    def build(part: tvm.IRModule) -> list[tvm.runtime.Module]:
         with pass_context_like(outer):  # the caller's settings, in this thread too
-            return tvm.tirx.build(part, target=target, pipeline=tir_pipeline)
+            try:
+                return [tvm.tirx.build(part, target=target, pipeline=tir_pipeline)]
+            except (TypeError, tvm.error.InternalError):  # a kernel TVM fails to compile peeled
+                return [_built_alone(tvm.IRModule({gvar: func}, attrs=part.attrs), target, tir_pipeline)
+                        for gvar, func in part.functions.items()]
 
     with ThreadPoolExecutor(max_workers=len(parts) or 1) as pool:
-        libraries = list(pool.map(build, parts))
+        libraries = [library for built in pool.map(build, parts) for library in built]
     library = libraries[0] if libraries else None
     for other in libraries[1:]:
         library.import_module(other)

@@ -26,6 +26,7 @@ SCHEDULE_RULE = "schedule_rule"  # block attribute: the rule that schedules the 
 DOT_PRODUCT_ATTR = "tvm_fuse.dot_product"  # block attribute: the instruction a dot-product kernel is tensorized with
 PREFETCH_ATTR = "tvm_fuse.prefetch_next_strip"  # loop attribute: prefetch the next strip's operand
 PEEL_ATTR = "tvm_fuse.peel_tile_tail"  # on a store block whose guard holds in all but the last tiles
+UNPEELED_ATTR = "tvm_fuse.unpeeled"  # kernel attribute: lower its guarded stores as they are (`codegen`)
 
 # -- Schedule rules: one per compute of `tvm_fuse.compute`, scheduled by `tvm_fuse.schedules` ----
 ATTENTION_RULE = "tvm_fuse.attention"

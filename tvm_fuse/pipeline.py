@@ -158,21 +158,10 @@ def _tir_pipeline():
     `PrefetchNextStrip` before the host's LowerTVMBuiltin."""
     lower, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
 
-    def lowered(mod: tvm.IRModule) -> tvm.IRModule:
-        try:
-            return lower(PeelTileTails()(mod))
-        except (TypeError, tvm.error.InternalError):  # TVM's LoopPartition on some int64 guards
-            if len(mod.functions) == 1:
-                return lower(mod)  # that kernel unpeeled: its stores stay scalar
-            merged, *rest = (lowered(tvm.IRModule({gvar: func}, attrs=mod.attrs)) for gvar, func in mod.functions.items())
-            for part in rest:
-                merged.update(part)
-            return merged
-
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.lower")
     def peeled_lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         with pass_context_like(tvm.transform.PassContext.current(), PEELING_CONFIG):
-            return lowered(mod)
+            return lower(PeelTileTails()(mod))
 
     host = [StackLocalBuffers(), NativeBf16Rounding(), HoistLlvmImports(), SerialSmallKernels(), PrefetchNextStrip()]
     return peeled_lower, lambda: tvm.transform.Sequential([*host, finalize_host()]), finalize_device

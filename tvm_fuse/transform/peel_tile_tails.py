@@ -7,7 +7,9 @@ between lanes, so it makes the whole store loop scalar, in every tile, though on
 ones cross the edge. `store_tile` marks such a store (`PEEL_ATTR`); this pass marks its guard
 `likely`, and TVM's LoopPartition (`PEELING_CONFIG`, set by `TIR_PIPELINE`) then splits the
 tile loop into the tiles where the guard always holds, stored as whole vectors, and the few
-at the edge. It runs on the scheduled module, before TVM's lowering."""
+at the edge. It runs on the scheduled module, before TVM's lowering, on every kernel but those
+marked `UNPEELED_ATTR`: on a few int64-indexed kernels TVM's partition of the loop then fails to
+lower or to compile (int32 and int64 mixed in its bounds), and `codegen` compiles those unpeeled."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
-from ..ir_names import PEEL_ATTR
+from ..ir_names import PEEL_ATTR, UNPEELED_ATTR
 
 # LoopPartition splits constant loops too (its default only splits symbolic ones).
 PEELING_CONFIG = {"s_tir.LoopPartition": {"partition_const_loop": True}}
@@ -29,8 +31,13 @@ def _likely_guard(realize: s_tir.SBlockRealize) -> s_tir.SBlockRealize:
 
 
 def PeelTileTails() -> tvm.transform.Pass:
+    def peeled(func):
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is not None and func.attrs.get(UNPEELED_ATTR):
+            return func
+        return tvm_ffi.structural_map(func, (s_tir.SBlockRealize, _likely_guard))
+
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.PeelTileTails")
     def peel(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        return tvm_ffi.structural_map(mod, (s_tir.SBlockRealize, _likely_guard))
+        return tvm.IRModule({gvar: peeled(func) for gvar, func in mod.functions.items()}, attrs=mod.attrs)
 
     return peel
