@@ -33,6 +33,8 @@ def _conv1d(batch, channels, width, outputs, taps, stride=1, pads=(0, 0), dilati
     ((8, 129, 4, 128, 3, 1, (1, 1)), "dense"),  # its first encoder conv, padded
     ((16, 128, 12, 128, 3, 2, (2, 2), 2), "dense"),  # strided and dilated: 6 outputs per row
     ((1, 1, 640, 258, 256, 128), "conv1d"),  # one chunk: too little work to pay for two more kernels
+    ((32, 64, 1, 128, 3, 1, (1, 1)), "dense"),  # Silero VAD v6's last encoder conv: rows of 1 at batch 32
+    ((4, 64, 1, 128, 3, 1, (1, 1)), "conv1d"),  # the same at batch 4: too little work
     ((1, 16, 64, 32, 3, 1, (1, 1)), "conv1d"),  # a row of 64 outputs vectorizes as it is
     ((1, 64, 199, 64, 3, 2), "dense"),  # wav2vec2's feature convs: stride 2, 64 x 3 taps per output
     ((1, 1, 400, 64, 10, 5), "conv1d"),  # its first: 10 taps per output, too short a product
