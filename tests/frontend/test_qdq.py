@@ -111,6 +111,42 @@ def test_a_qdq_attention_computes_its_pairs_as_written(tokens):
     assert codes_apart.max() <= 1 and (codes_apart == 0).mean() >= 0.99
 
 
+def _pair(name: str, scale: float, zero_point: int):
+    nodes = [helper.make_node("QuantizeLinear", [name, f"{name}_s", f"{name}_z"], [f"{name}_q"]),
+             helper.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"])]
+    return nodes, {f"{name}_s": np.float32(scale), f"{name}_z": np.uint8(zero_point)}
+
+
+def _dequantized_weight(name: str, rows: int, columns: int, rng):
+    node = helper.make_node("DequantizeLinear", [f"{name}_c", f"{name}_sc", f"{name}_zc"], [name], axis=1)
+    return [node], {f"{name}_c": rng.integers(-127, 128, (rows, columns)).astype(np.int8),
+                    f"{name}_sc": np.full(columns, 0.01, np.float32), f"{name}_zc": np.zeros(columns, np.int8)}
+
+
+def test_a_dense_layer_after_a_clip_that_stands_for_a_pair_runs_in_int8():
+    """Compiles only: runs on any host. A sigmoid's pair on a grid from 0 leaves a Clip, which
+    the pipeline lowers to a maximum and a minimum, two bindings of one ONNX node: the dense
+    layer reading it found no name for its input, hence no scale, and ran in fp32 (smart-turn's
+    MLPs after their GELU)."""
+    rng = np.random.default_rng(0)
+    nodes, initializers = [], {}
+    for part_nodes, part_initializers in (_pair("x", 0.03, 128), _dequantized_weight("w1", 64, 64, rng),
+                                          _dequantized_weight("w2", 64, 64, rng)):
+        nodes += part_nodes
+        initializers.update(part_initializers)
+    sigmoid_pair, sigmoid_scale = _pair("s", 1 / 255, 0)
+    nodes += [helper.make_node("MatMul", ["x_dq", "w1"], ["h"]), helper.make_node("Sigmoid", ["h"], ["s"]),
+              *sigmoid_pair, helper.make_node("MatMul", ["s_dq", "w2"], ["y"])]
+    initializers.update(sigmoid_scale)
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    kernels = tvm_fuse.build(model, "llvm -mcpu=cascadelake").fusion_report()["kernels"]
+    assert [k["int8"] for k in kernels] == [True, True]
+
+
 def _graph(nodes, initializers, output_shape=(1, 16, 8, 8)):
     graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(output_shape))],

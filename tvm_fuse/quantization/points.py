@@ -42,13 +42,15 @@ class QuantizableConv:
 
 
 def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, str]:
-    """Every nameable variable of `main` -> its ONNX tensor. A name two variables compute (a
-    node lowered to several bindings) is given to neither; copies that keep the values share
-    their source's."""
+    """Every nameable variable of `main` -> its ONNX tensor. A name several variables compute
+    (a node lowered to several bindings) goes to the one of them that none of the others reads
+    (the end of a chain: a Clip's maximum then minimum), or to none; copies that keep the values
+    share their source's."""
     main = mod["main"]
     nodes = model.graph.node
     names: dict[relax.Var, str] = {p: p.name for p in main.params}
     computed: dict[str, int] = {}  # name -> how many variables compute it
+    values: dict[relax.Var, relax.Call] = {}
     several: dict[relax.Var, onnx.NodeProto] = {}  # a tuple of a node's outputs (Split's) -> the node
     for block in main.body.blocks:
         for binding in block.bindings:
@@ -67,9 +69,16 @@ def tensor_names(mod: tvm.IRModule, model: onnx.ModelProto) -> dict[relax.Var, s
             elif indices:
                 names[binding.var] = nodes[max(indices)].output[0]
                 computed[names[binding.var]] = computed.get(names[binding.var], 0) + 1
+                values[binding.var] = value
             elif _op_name(value) in _VALUE_PRESERVING and value.args[0] in names:
                 names[binding.var] = names[value.args[0]]
-    return {var: name for var, name in names.items() if computed.get(name, 0) <= 1}
+    by_name: dict[str, list[relax.Var]] = {}
+    for var in values:
+        by_name.setdefault(names[var], []).append(var)
+    ends = {name: [v for v in group if not any(v in values[other].args for other in group)]
+            for name, group in by_name.items() if len(group) > 1}
+    return {var: name for var, name in names.items()
+            if computed.get(name, 0) <= 1 or ends.get(name) == [var]}
 
 
 def quantizable_convs(mod: tvm.IRModule, model: onnx.ModelProto, names: dict[relax.Var, str],
