@@ -37,8 +37,7 @@ _ORDER_PRESERVING = {"MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePo
 _CODE_RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127)}
 # Ops that move, pick, pool or add values: where an int8 kernel or another pair rounds their
 # result again, reading their input unrounded moves that result by a code at most.
-_BEFORE_ROUNDING = {"MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool", "Reshape", "Flatten", "Transpose",
-                    "Squeeze", "Unsqueeze", "Concat", "Identity", "Relu", "Clip", "Add"}
+_BEFORE_ROUNDING = _ORDER_PRESERVING | {"Relu", "Clip", "Add"}
 
 
 def is_qdq(model: onnx.ModelProto) -> bool:
