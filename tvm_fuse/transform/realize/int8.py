@@ -91,7 +91,7 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         # Without a table every dense layer quantizes its rows, few or many: at 16 rows (MiniLM at
         # 16 tokens) 1.9x faster than fp32 math on s8 weights. A QDQ model's dense layers round
         # their input to its pair's grid, as the model computes, however few their rows.
-        every_row = table is None or table.method == QDQ_METHOD
+        every_row = table is None or _from_qdq(table)
         denses = [] if every_row else weight_bound_denses(mod, model, excluded)
         rows = row_quantized_denses(mod, model, excluded, min_rows=1 if every_row else MAX_WEIGHT_BOUND_ROWS + 1)
         if table is not None:  # calibrated: the denses whose input has a scale
@@ -105,6 +105,11 @@ def RealizeInt8(model: onnx.ModelProto, table: CalibrationTable | None, vnni: bo
         return relax.transform.DeadCodeElimination()(updated)
 
     return realize
+
+
+def _from_qdq(table: CalibrationTable) -> bool:
+    """Whether `table` holds a pre-quantized model's pairs, which stand for its rounding."""
+    return table.method == QDQ_METHOD
 
 
 def realize_int8(imported: ImportedModel, config: QuantConfig | None,
@@ -136,7 +141,7 @@ class _Realizer(PyExprMutator):
         self.lanes = lanes
         self.amx = amx
         self.quantized: dict[relax.Var, relax.Var] = {}  # fp32 tensor -> its u8 copy
-        self.qdq = table is not None and table.method == QDQ_METHOD
+        self.qdq = table is not None and _from_qdq(table)
         self.rounded: dict[relax.Var, relax.Var] = {}  # fp32 tensor of a QDQ pair -> its values on the grid
         self.row_codes: dict[relax.Var, tuple[relax.Var, relax.Var]] = {}  # fp32 tensor -> (codes, row params)
 
