@@ -10,7 +10,8 @@ so does any reduction over other axes than its innermost (a sum over channels), 
 innermost axis at a time.
 A copy whose innermost written and read axes differ (a layout transform between NCHW and
 NCHW{c}c) moves tiles of lanes x lanes values, or half as many along NCHW8c's blocks
-(`_schedule_transpose`). TVM's dlight CPU reduction rule was tried for softmax, and lost."""
+(`_schedule_transpose`). A reduction of a whole tensor to one value (a dynamically quantized
+tensor's range) folds a vector of partial results at a time (`_schedule_full_reduction`). TVM's dlight CPU reduction rule was tried for softmax, and lost."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target, lanes: int) -> 
                     pass
     _inline_elementwise_chains(sch, root)
     for block in sch.get_child_blocks(root):
-        if _schedule_transpose(sch, block, lanes):
+        if _schedule_transpose(sch, block, lanes) or _schedule_full_reduction(sch, block, lanes):
             continue
         window = _is_window_over_lanes(sch, block, lanes)
         loops = sch.get_loops(block)
@@ -149,6 +150,28 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     parallelize_leading(sch, ordered)
     sch.unroll(inner[scalar])
     sch.vectorize(inner[vector])
+    return True
+
+
+def _schedule_full_reduction(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """Reduce a block that reduces over all its loops (a whole tensor to one value) into a
+    vector of `lanes` partial results, each over every `lanes`-th value, then across them:
+    one vector instruction per `lanes` values instead of one scalar one per value. False
+    (the block left as it is) where it is not such a block, or `lanes` does not divide it."""
+    stmt = sch.get(block)
+    loops = sch.get_loops(block)
+    if (not loops or len(loops) != len(stmt.iter_vars) or any(it.iter_type != 2 for it in stmt.iter_vars)
+            or len(stmt.writes) != 1 or str(stmt.writes[0].source.dtype) not in _VECTOR_DTYPES):
+        return False
+    extent = 1
+    for loop in loops:
+        extent *= sch.get(loop).extent
+    if not Analyzer().can_prove_equal(tirx.floormod(extent, lanes), 0):
+        return False
+    _, lane = sch.split(sch.fuse(*loops), [None, lanes])
+    partial = sch.rfactor(lane, 0)
+    sch.vectorize(sch.get_loops(partial)[-1])
+    sch.decompose_reduction(partial, sch.get_loops(partial)[0])
     return True
 
 

@@ -1,0 +1,151 @@
+"""Run a dynamically quantized model's integer products on int8 kernels.
+
+ONNX Runtime's `quantize_dynamic` writes a MatMul as DynamicQuantizeLinear (u8 codes of the
+input on its own range), MatMulInteger with s8 weight codes, a Cast and a Mul by the two
+scales. The importer computes the product as float32 products of the same integers
+(`frontend.dynamic_quantization`): exact, but at fp32 speed. Here such a dense composite, whose
+data is u8 codes less their zero point and whose weight holds integers of 8 bits, becomes an
+int8 kernel (`compute.dense_int8`): the codes times the packed s8 weights summed in s32, less
+the zero point times each column's weight sum, as ONNX Runtime sums them, then the composite's
+own post-ops. Only where the target multiplies u8 by s8 without saturating (VNNI, AMX, or
+weights of 7 bits); elsewhere the product stays fp32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te
+from tvm.ir.expr import GenericConst
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ...amx import fits_amx
+from ...compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
+from ...compute.dense_int8 import QUAD, dense_int8, pack_dense_quads
+from ...compute.matmul import packing_block
+from ...patterns.table import composite_of
+from ...quantization.weights import S7_MAX, S8_MAX
+from ...target import isa_features, vector_lanes
+from ..lower_composites import composite_compute, kernel_call
+from ..relax_helpers import mutate_functions
+from .composite import anchor_of
+from .int8 import INT8_ATTR
+
+_DENSE = "relax.matmul"
+
+
+def RealizeIntegerProducts(vnni: bool, lanes: int, amx: bool = False) -> tvm.transform.Pass:
+    """`vnni`: the target has `vpdpbusd` (without it, only weights of 7 bits run in int8: the
+    fallback's u8 x s8 pairs sum in int16). `lanes`: its fp32 vector width. `amx`: it has
+    AMX-INT8, whose tiles take the products that fit them."""
+
+    @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.RealizeIntegerProducts")
+    def realize(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        values = {b.var: b.value for block in mod["main"].body.blocks for b in block.bindings}
+        limit = (S8_MAX if vnni or amx else S7_MAX) + 1
+        products = {var: found for var, value in values.items()
+                    if (found := _integer_product(mod, values, value, limit)) is not None}
+        if not products:
+            return mod
+        realizer = _Realizer(mod, products, vnni, lanes, amx)
+        main = mod.get_global_var("main")
+        updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
+        return relax.transform.DeadCodeElimination()(updated)
+
+    return realize
+
+
+def realize_integer_products(target: tvm.target.Target) -> tvm.transform.Pass:
+    """The `RealizeIntegerProducts` pass for `target`'s features."""
+    features = isa_features(target)
+    return RealizeIntegerProducts("avx512_vnni" in features, vector_lanes(target), "amx" in features)
+
+
+def _integer_product(mod, values, value, limit: int):
+    """(u8 codes, zero point or None, s8 weight codes [K, N]) if `value` calls a dense composite
+    of u8 codes less a scalar zero point (both as float32) and integer weights in [-limit,
+    limit), K whole quads and N whole blocks of the kernel's columns; else None."""
+    func = composite_of(mod, value)
+    if func is None:
+        return None
+    found = anchor_of(func)
+    if found.op != _DENSE or found.data is None or found.weight is None:
+        return None
+    weight = value.args[found.weight]
+    if not isinstance(weight, GenericConst) or weight.ty.ndim != 2:
+        return None
+    weight = weight.value.numpy()
+    if weight.shape[0] % QUAD or weight.shape[1] % min(INT8_OUT_BLOCKS) or not (np.all(weight >= -limit) and np.all(weight < limit)
+                                      and np.array_equal(weight, np.round(weight))):
+        return None
+    codes, zero_point = _codes_less_zero_point(values, value.args[found.data])
+    if codes is None:
+        return None
+    return codes, zero_point, weight.astype(np.int8)
+
+
+def _codes_less_zero_point(values, data):
+    """(u8 codes, float32 scalar zero point or None) whose difference `data` is bound to:
+    `astype(codes, float32) - zero_point` or `astype(codes, float32)`; (None, None) otherwise."""
+    zero_point = None
+    value = values.get(data)
+    if _op(value) == "relax.subtract" and value.args[1].ty.ndim == 0 and str(value.args[1].ty.dtype) == "float32":
+        data, zero_point = value.args
+        value = values.get(data)
+    if _op(value) != "relax.astype" or str(value.args[0].ty.dtype) != "uint8":
+        return None, None
+    return value.args[0], zero_point
+
+
+def _op(value) -> str | None:
+    return value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else None
+
+
+def integer_product(acc: te.Tensor, zero_point: te.Tensor | None, column_sums: te.Tensor) -> te.Tensor:
+    """The s32 `acc` of u8 codes times s8 weights as float32, less the codes' zero point (a
+    scalar) times each column's weight sum: the product of the codes less their zero point."""
+    if zero_point is None:
+        return te.compute(acc.shape, lambda *i: acc(*i).astype("float32"), name="integer_product")
+    return te.compute(acc.shape, lambda *i: acc(*i).astype("float32") - zero_point() * column_sums[i[-1]],
+                      name="integer_product")
+
+
+@mutator
+class _Realizer(PyExprMutator):
+    def __init__(self, mod: tvm.IRModule, products: dict, vnni: bool, lanes: int, amx: bool):
+        super().__init__(mod)
+        self.mod = mod
+        self.products = products
+        self.vnni = vnni
+        self.lanes = lanes
+        self.amx = amx
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        found = self.products.get(binding.var)
+        if found is None:
+            return super().visit_var_binding_(binding)
+        codes, zero_point, weight = found
+        call = binding.value
+        func = self.mod[call.op]
+        params = list(func.params)
+        anchor = anchor_of(func)
+        block = packing_block(weight.shape[1], self.lanes)
+        tiles = self.amx and fits_amx(weight.shape[0], 1, block)
+        args = [self.visit_expr(a) for a in call.args]
+        args[anchor.data] = self.visit_expr(codes)
+        args[anchor.weight] = relax.const(pack_dense_quads(weight, block))
+        extra = [relax.const(weight.astype(np.float32).sum(axis=0))]
+        if zero_point is not None:
+            extra.append(self.visit_expr(zero_point))
+
+        def compute(*tensors):
+            sums, *offset = tensors[len(params):]
+
+            def anchor_compute(_call, data_codes, packed):
+                return integer_product(dense_int8(data_codes, packed, self.vnni, tiles), *(offset or [None]), sums)
+
+            return composite_compute(func.body, params, anchor_compute)(*tensors[:len(params)])
+
+        kernel = kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True})
+        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
+        self.set_var_remap(binding.var, emit(kernel, binding.var.name))
