@@ -201,15 +201,29 @@ def dynamic_quantize_lstm(bb, inputs, attrs, opset):
     hidden state quantized anew (per direction, over the batch)."""
     x, w, r, bias, lengths, h0, c0, peepholes, w_scale, w_zero_point, r_scale, r_zero_point = (
         list(inputs) + [None] * 12)[:12]
-    weights = [_dequantized(bb, w, w_scale, w_zero_point), _dequantized(bb, r, r_scale, r_zero_point)]
-    return lstm(bb, [fake_quantized(bb, x), *weights, bias, lengths, h0, c0, peepholes], attrs, opset,
-                quantize_state=lambda h: fake_quantized(bb, h), recurrent_codes=_codes_by_column(r, r_scale, r_zero_point))
+    recurrent = _dequantized(bb, r, r_scale, r_zero_point)
+    recurrent_codes = _codes_by_column(r, r_scale, r_zero_point)
+    state = lambda h: fake_quantized(bb, h)  # noqa: E731
+    input_codes = _codes_by_column(w, w_scale, w_zero_point)
+    if input_codes is None or int(attrs.get("layout", 0)):
+        weights = [_dequantized(bb, w, w_scale, w_zero_point), recurrent]
+        return lstm(bb, [fake_quantized(bb, x), *weights, bias, lengths, h0, c0, peepholes], attrs, opset,
+                    quantize_state=state, recurrent_codes=recurrent_codes)
+    # x @ W^T as ONNX Runtime takes it: the integer product of their codes, then their scales
+    # (an int8 kernel's, `transform.realize.integer_products`).
+    codes, scales = input_codes
+    scale, zero_point = quantization_parameters(bb, x)
+    x_codes = bb.emit(relax.op.astype(_codes(x, scale, zero_point), "uint8"))
+    centred = bb.emit(relax.op.subtract(bb.emit(relax.op.astype(x_codes, _FLOAT)), zero_point))
+    weights = [relax.const(codes.value.numpy().astype(_FLOAT)), recurrent]
+    return lstm(bb, [centred, *weights, bias, lengths, h0, c0, peepholes], attrs, opset, quantize_state=state,
+                recurrent_codes=recurrent_codes, input_scale=bb.emit(relax.op.multiply(scales, scale)))
 
 
 def _codes_by_column(codes, scale, zero_point):
-    """R's codes less their zero point, [directions, 4 * hidden, hidden] (int8 where the zero
-    point is 0, else int16), and their scales [directions, 4 * hidden], as constants; None where
-    one of them is not a constant."""
+    """W's or R's codes less their zero point, [directions, 4 * hidden, rows] (int8 where the
+    zero point is 0, else int16), and their scales [directions, 4 * hidden], as constants; None
+    where one of them is not a constant."""
     arrays = _constants(codes, scale, zero_point)
     if arrays is None or any(a is None for a in arrays):
         return None

@@ -73,6 +73,7 @@ class _Recurrence:
         optional = list(inputs[3:]) + [None] * 5
         self.bias, lengths, self.h0 = optional[0], optional[1], optional[2]
         self.rest = optional[3:]
+        self.input_scale = None  # x @ W^T's scale per direction and column, where x and W are codes
         self.hidden = int(attrs["hidden_size"])
         self.batch_first = int(attrs.get("layout", 0)) == 1
         self.x = bb.emit(relax.op.permute_dims(x, [1, 0, 2])) if self.batch_first else x
@@ -96,6 +97,8 @@ class _Recurrence:
         """x @ W[d]^T (+ W's bias, and R's with `recurrent_bias`) for every step at once:
         [seq, batch, gates * hidden]."""
         products = relax.op.matmul(self.x, relax.op.permute_dims(_index(self.w, d)))
+        if self.input_scale is not None:
+            products = relax.op.multiply(self.emit(products), _index(self.input_scale, d))
         if self.bias is not None:
             bias = relax.op.strided_slice(_index(self.bias, d), axes=[0], begin=[0], end=[self.gates * self.hidden])
             if recurrent_bias:
@@ -136,6 +139,8 @@ class _Recurrence:
         size = self.gates * self.hidden
         weights = self.emit(relax.op.reshape(self.w, [len(self.reverse) * size, -1]))
         products = relax.op.matmul(self.x, relax.op.permute_dims(weights))
+        if self.input_scale is not None:
+            products = relax.op.multiply(self.emit(products), relax.op.reshape(self.input_scale, [-1]))
         if self.bias is not None:
             bias = relax.op.strided_slice(self.bias, axes=[1], begin=[0], end=[size])
             if recurrent_bias:
@@ -180,13 +185,16 @@ class _Recurrence:
         return relax.Tuple([self.emit(y)] + [self.emit(s) for s in states])
 
 
-def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None):
+def lstm(bb, inputs, attrs, opset, quantize_state=None, recurrent_codes=None, input_scale=None):
     """ONNX LSTM (gates i, o, f, c): Y, Y_h, Y_c. A dynamically quantized LSTM's (see
     `dynamic_quantization`) gives `quantize_state`, which maps each step's previous hidden state
     to what its product with R reads, and `recurrent_codes`, R's codes less their zero point
     [directions, 4 * hidden, hidden] and their scales [directions, 4 * hidden], or None where
-    they are not constants, for its sequence kernel's integer products."""
+    they are not constants, for its sequence kernel's integer products; and, where x and W are
+    given as codes less their zero points, `input_scale`, their product's scale [directions,
+    4 * hidden]."""
     rnn = _Recurrence(bb, inputs, attrs, gates=4)
+    rnn.input_scale = input_scale
     if int(attrs.get("input_forget", 0)):
         raise NotImplementedError("input_forget=1")
     c0, peepholes = rnn.rest[0], rnn.rest[1]
