@@ -53,6 +53,19 @@ def test_a_dynamically_quantized_lstm_matches_onnx_runtime(options, tmp_path):
     assert (len(dense) == 1) == ("clip" not in options)
 
 
+@pytest.mark.vnni
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_a_dynamically_quantized_lstm_takes_its_input_product_on_int8_codes(direction, tmp_path):
+    """x's codes times W's, summed in s32 by an int8 kernel and then scaled, as ONNX Runtime
+    takes the product (the fp32 kernel read W dequantized: 4x its bytes, 3x the time)."""
+    model, feed = _recurrent_model("LSTM", direction=direction, features=16, hidden=8, seq=6)
+    quantized = _quantized(model, tmp_path, "LSTM")
+    compiled = tvm_fuse.build(quantized, "native")
+    assert_close(compiled.run(None, feed), _reference(quantized, feed), RTOL)
+    (dense,) = [k for k in compiled.fusion_report()["kernels"] if k["pattern"].startswith("dense")]
+    assert dense["precision"] == "int8"
+
+
 @pytest.mark.parametrize("weight_type, per_channel, stride, group", [
     (QuantType.QInt8, False, 1, 1),
     (QuantType.QUInt8, True, 2, 1),  # uint8 weights, about a zero point

@@ -16,7 +16,8 @@ SEQ, BATCH, INPUT, HIDDEN = 5, 2, 3, 4
 
 
 def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, peepholes=False,
-                     linear_before_reset=0, clip=None, seed=0, hidden=HIDDEN, batch=BATCH, seq=SEQ, scale=0.5):
+                     linear_before_reset=0, clip=None, seed=0, hidden=HIDDEN, batch=BATCH, seq=SEQ, scale=0.5,
+                     features=INPUT):
     """One `op` node (weights normal times `scale`); returns the model and a feed for its inputs."""
     rng = np.random.default_rng(seed)
     directions, gates = 2 if direction == "bidirectional" else 1, {"LSTM": 4, "GRU": 3}[op]
@@ -26,9 +27,9 @@ def _recurrent_model(op, direction="forward", layout=0, states=True, bias=True, 
         return name
 
     weights = []
-    inputs = ["x", weight("W", directions, gates * hidden, INPUT), weight("R", directions, gates * hidden, hidden),
+    inputs = ["x", weight("W", directions, gates * hidden, features), weight("R", directions, gates * hidden, hidden),
               weight("B", directions, 2 * gates * hidden) if bias else "", ""]
-    x_shape = [seq, batch, INPUT] if layout == 0 else [batch, seq, INPUT]
+    x_shape = [seq, batch, features] if layout == 0 else [batch, seq, features]
     state_shape = [directions, batch, hidden] if layout == 0 else [batch, directions, hidden]
     fed = {"x": x_shape}
     state_names = ["h0", "c0"] if op == "LSTM" else ["h0"]

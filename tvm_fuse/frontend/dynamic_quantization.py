@@ -6,8 +6,10 @@ A dynamically quantized tensor takes its scale and zero point from its own range
 of zeros (ONNX's formula divides by a scale of 0 there, and TVM's converter gave NaN). Integer
 products run as float32 products of the same integers, the codes minus their zero points: each
 is exact, and so is every sum below 2^24, past which ONNX Runtime's own cast of the int32 sum to
-float rounds alike. So a convolution, a dense layer or an LSTM keeps its float kernels and
-layouts, and the Cast of an int32 product back to float32 is the product itself.
+float rounds alike. So a convolution keeps its float kernels and layouts, and the Cast of an
+int32 product back to float32 is the product itself. A dense product of u8 codes and s8 weight
+codes is left in that form (codes less their zero point, as float32, times integer weights) for
+`transform.realize.integer_products` to run on an int8 kernel.
 """
 
 from __future__ import annotations
