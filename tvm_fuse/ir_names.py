@@ -20,6 +20,7 @@ UNBUILT_NODES_ATTR = "tvm_fuse.unbuilt_nodes"  # ... and the numbers of its ONNX
 OP_PATTERN_ATTR = "op_pattern"  # TVM's: how its generic fusion may combine the kernel
 OPAQUE = 8  # Relax's OpPatternKind kOpaque: our kernels, which TVM's fusion leaves alone
 KERNEL_ATTR = "tvm_fuse.kernel"  # which of our kernels a PrimFunc is
+REVERSE_ATTR = "tvm_fuse.reverse"  # on a recurrence kernel: 1 for each direction that runs from the last step
 CONCAT_AXIS_ATTR = "tvm_fuse.concat_axis"  # a plain concat, and its axis
 KNOBS_ATTR = "tvm_fuse.knobs"  # on a scheduled kernel: "tuned" (from a record) or "default"
 SCHEDULE_RULE = "schedule_rule"  # block attribute: the rule that schedules the kernel (below)

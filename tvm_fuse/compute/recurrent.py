@@ -9,9 +9,11 @@ quantized LSTM's integer steps are larger: one direction splits them between the
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm.script import tirx as T
 
+from .dense_int8 import QUAD, pack_dense_quads
 from .fast_math import exp_f32
 from .requantize import U8_MAX
 
@@ -142,6 +144,30 @@ def lstm_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) 
     return lstm
 
 
+def _state_bounds(batch: int, hidden: int):
+    """A macro: `bounds(h, d, bounds)` sets `bounds` to (zero point, scale) of direction `d`'s
+    h as ONNX Runtime quantizes it to uint8 (`frontend.dynamic_quantization`): its range
+    widened to hold 0 over 255 codes, a scale of 1 where it is 0."""
+
+    @T.macro
+    def bounds_of(h, d, bounds):
+        bounds[0] = T.float32(0.0)
+        bounds[1] = T.float32(0.0)
+        for b, j in T.grid(batch, hidden):
+            bounds[0] = T.min(bounds[0], h[d, b, j])
+            bounds[1] = T.max(bounds[1], h[d, b, j])
+        bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0), (bounds[1] - bounds[0]) / T.float32(U8_MAX))
+        bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(U8_MAX)))
+
+    return bounds_of
+
+
+def _state_code(value, bounds):
+    """The uint8 code (as float32) of `value` on `bounds` (`_state_bounds`): rounded half to
+    even, then saturated."""
+    return T.min(T.max(T.nearbyint(value / bounds[1]) + bounds[0], T.float32(0.0)), T.float32(U8_MAX))
+
+
 def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...],
                             codes_dtype: str) -> tvm.tirx.PrimFunc:
     """`lstm_sequence` as com.microsoft.DynamicQuantizeLSTM computes it: each step quantizes the
@@ -155,6 +181,7 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
     direction's take every core, its columns split between them at each step."""
     directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     step_gates = _lstm_gates(seq, hidden, rows, lanes, reverse)
+    state_bounds = _state_bounds(batch, hidden)
     direction_loop, column_loop = (T.parallel, T.serial) if directions > 1 else (T.serial, T.parallel)
 
     @T.prim_func(private=True, s_tir=True)
@@ -177,17 +204,9 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
                         h[d, b, j] = h0[d, b, j]
                         c[d, b, j] = c0[d, b, j]
                     for step in range(seq):
-                        bounds[0] = T.float32(0.0)
-                        bounds[1] = T.float32(0.0)
+                        state_bounds(h, d, bounds)
                         for b, j in T.grid(batch, hidden):
-                            bounds[0] = T.min(bounds[0], h[d, b, j])
-                            bounds[1] = T.max(bounds[1], h[d, b, j])
-                        bounds[1] = T.Select(bounds[1] == bounds[0], T.float32(1.0),
-                                             (bounds[1] - bounds[0]) / T.float32(U8_MAX))
-                        bounds[0] = T.nearbyint(T.min(T.max(-bounds[0] / bounds[1], T.float32(0.0)), T.float32(U8_MAX)))
-                        for b, j in T.grid(batch, hidden):
-                            state[b, j] = T.Cast("int16", T.min(T.max(T.nearbyint(h[d, b, j] / bounds[1]) + bounds[0],
-                                                                      T.float32(0.0)), T.float32(U8_MAX)) - bounds[0])
+                            state[b, j] = T.Cast("int16", _state_code(h[d, b, j], bounds) - bounds[0])
                         for first in range(batch // rows):
                             for column in column_loop(width):
                                 for r in range(rows):
@@ -197,6 +216,90 @@ def lstm_quantized_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bo
                                             T.Cast("int32", state[first * rows + r, k]) * T.Cast("int32", recurrent[d, column, k]))
                                     gates[r, column] = T.Cast("float32", sums[r, column]) * (
                                         bounds[1] * recurrent_scale[d, column])
+                            step_gates(step, d, first, products, gates, h, c, y)
+
+    return lstm
+
+
+VNNI_LANES = 16  # s32 lanes of a zmm `vpdpbusd`
+VNNI_ACCUMULATORS = 16  # zmm accumulators of a step's register tile, at most
+
+
+def pack_recurrent_quads(codes: np.ndarray) -> np.ndarray:
+    """R's s8 codes [directions, 4 * hidden, hidden] as `lstm_vnni_sequence` reads them:
+    [directions, 4 * hidden / 16, hidden / 4, 16, 4], per direction `pack_dense_quads`."""
+    return np.stack([pack_dense_quads(np.ascontiguousarray(direction.T), VNNI_LANES) for direction in codes])
+
+
+def lstm_vnni_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, ...]) -> tvm.tirx.PrimFunc:
+    """`lstm_quantized_sequence` (R's codes s8, about a zero point of 0) on AVX512-VNNI: each
+    step's h codes (uint8, four to a word) times R's codes packed by `pack_recurrent_quads`,
+    summed in s32 by `vpdpbusd` on a register tile of gate columns, less the codes' zero point
+    times each column's code sum (exact in s32, as ONNX Runtime sums it): (products, packed,
+    column_sums [directions, 4 * hidden] (s32), recurrent_scale, h0, c0) -> as
+    `lstm_sequence`. `hidden` a multiple of 4."""
+    from ..schedules.intrinsics import LLVM_INTRINSICS  # the kernel's instruction, named once
+
+    directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
+    blocks, quads = width // VNNI_LANES, hidden // QUAD
+    tile = next(t for t in (8, 4, 2, 1) if blocks % t == 0 and rows * t <= VNNI_ACCUMULATORS)
+    step_gates = _lstm_gates(seq, hidden, rows, lanes, reverse)
+    state_bounds = _state_bounds(batch, hidden)
+    direction_loop, tile_loop = (T.parallel, T.serial) if directions > 1 else (T.serial, T.parallel)
+    vpdpbusd = LLVM_INTRINSICS[VNNI_LANES][0]
+    acc_type, bytes_type = f"int32x{VNNI_LANES}", f"uint8x{QUAD * VNNI_LANES}"
+
+    @T.prim_func(private=True, s_tir=True)
+    def lstm(products: T.Buffer((seq, batch, directions * width), "float32"),
+             packed: T.Buffer((directions, blocks, quads, VNNI_LANES, QUAD), "int8"),
+             column_sums: T.Buffer((directions, width), "int32"),
+             recurrent_scale: T.Buffer((directions, width), "float32"),
+             h0: T.Buffer((directions, batch, hidden), "float32"), c0: T.Buffer((directions, batch, hidden), "float32"),
+             y: T.Buffer((seq, directions, batch, hidden), "float32"), h: T.Buffer((directions, batch, hidden), "float32"),
+             c: T.Buffer((directions, batch, hidden), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        with T.sblock("root"):  # what tvm_fuse.schedules looks for; it names no schedule rule
+            for direction in direction_loop(directions):
+                with T.sblock("direction"):  # its buffers are allocated per task
+                    d = T.axis.spatial(directions, direction)
+                    gates = T.sblock_alloc_buffer((rows, width), "float32")
+                    words = T.sblock_alloc_buffer((batch, quads), "uint32")  # h's codes, four to a word
+                    bounds = T.sblock_alloc_buffer((2,), "float32", scope="local")  # its zero point, scale
+                    for b, j in T.grid(batch, hidden):
+                        h[d, b, j] = h0[d, b, j]
+                        c[d, b, j] = c0[d, b, j]
+                    for step in range(seq):
+                        state_bounds(h, d, bounds)
+                        for b, q in T.grid(batch, quads):
+                            words[b, q] = (T.Cast("uint32", _state_code(h[d, b, q * QUAD], bounds))
+                                           | T.shift_left(T.Cast("uint32", _state_code(h[d, b, q * QUAD + 1], bounds)), T.uint32(8))
+                                           | T.shift_left(T.Cast("uint32", _state_code(h[d, b, q * QUAD + 2], bounds)), T.uint32(16))
+                                           | T.shift_left(T.Cast("uint32", _state_code(h[d, b, q * QUAD + 3], bounds)), T.uint32(24)))
+                        for first in range(batch // rows):
+                            for group in tile_loop(blocks // tile):
+                                with T.sblock("tile"):  # its accumulators are allocated per task
+                                    g = T.axis.spatial(blocks // tile, group)
+                                    e = T.axis.spatial(directions, d)
+                                    f = T.axis.spatial(batch // rows, first)
+                                    acc = T.sblock_alloc_buffer((rows, tile * VNNI_LANES), "int32", scope="local")
+                                    for r, t in T.grid(rows, tile):
+                                        acc[r, T.ramp(t * VNNI_LANES, 1, VNNI_LANES)] = T.broadcast(T.int32(0), VNNI_LANES)
+                                    for q in range(quads):
+                                        for r in T.unroll(rows):
+                                            for t in T.unroll(tile):
+                                                acc[r, T.ramp(t * VNNI_LANES, 1, VNNI_LANES)] = T.call_llvm_pure_intrin(
+                                                    T.llvm_lookup_intrinsic_id(vpdpbusd),
+                                                    acc[r, T.ramp(t * VNNI_LANES, 1, VNNI_LANES)],
+                                                    T.reinterpret(T.broadcast(T.reinterpret(words[f * rows + r, q], dtype="int32"),
+                                                                              VNNI_LANES), dtype=bytes_type),
+                                                    packed.vload([e, g * tile + t, q, 0, 0], dtype=f"int8x{QUAD * VNNI_LANES}"),
+                                                    dtype=acc_type)
+                                    for r, t in T.grid(rows, tile):
+                                        for lane in T.vectorized(VNNI_LANES):
+                                            gates[r, (g * tile + t) * VNNI_LANES + lane] = T.Cast(
+                                                "float32", acc[r, t * VNNI_LANES + lane] - T.Cast("int32", bounds[0])
+                                                * column_sums[e, (g * tile + t) * VNNI_LANES + lane]) * (
+                                                bounds[1] * recurrent_scale[e, (g * tile + t) * VNNI_LANES + lane])
                             step_gates(step, d, first, products, gates, h, c, y)
 
     return lstm

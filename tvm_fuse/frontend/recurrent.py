@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..compute.recurrent import gru_sequence, lstm_quantized_sequence, lstm_sequence
-from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
+from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE, REVERSE_ATTR
 from .attributes import text
 
 ACTIVATIONS = {
@@ -128,7 +128,8 @@ class _Recurrence:
         outputs, Y and the `states` final states."""
         batch, directions = int(self.batch), len(self.reverse)
         shapes = [[self.seq, directions, batch, self.hidden]] + [[directions, batch, self.hidden]] * states
-        kernel_func = self.bb.add_func(func.with_attrs({KERNEL_ATTR: name, OP_PATTERN_ATTR: OPAQUE}), name)
+        attrs = {KERNEL_ATTR: name, OP_PATTERN_ATTR: OPAQUE, REVERSE_ATTR: [int(r) for r in self.reverse]}
+        kernel_func = self.bb.add_func(func.with_attrs(attrs), name)
         kernel = self.emit(relax.call_tir(kernel_func, args, [relax.TensorType(shape, "float32") for shape in shapes]))
         y, *finals = [self.emit(relax.TupleGetItem(kernel, i)) for i in range(1 + states)]
         return self.onnx_outputs(y, finals)

@@ -13,6 +13,7 @@ from onnxruntime.quantization import QuantType
 import tvm_fuse
 from tests.conftest import AVX512_TARGET, assert_close, dense_model
 from tests.frontend.test_dynamic_quantization import _integer_product_model, _quantized, _reference
+from tests.frontend.test_recurrent import _recurrent_model
 
 VNNI_TARGET = "llvm -mcpu=cascadelake -num-cores=2"
 AVX2_TARGET = "llvm -mcpu=haswell -num-cores=2"
@@ -87,3 +88,12 @@ def test_products_an_int8_kernel_cannot_take_stay_fp32_and_exact(weight):
     if "avx512f" in tvm_fuse.host_features():
         feed = {"x": np.random.default_rng(1).integers(0, 256, (5, weight.shape[0])).astype(np.uint8)}
         np.testing.assert_array_equal(compiled.run(None, feed)[0], _reference(model, feed)[0])
+
+
+@pytest.mark.parametrize("target, vnni", [(VNNI_TARGET, True), (AVX2_TARGET, False)], ids=["vnni", "avx2"])
+def test_a_quantize_dynamic_lstm_steps_on_vpdpbusd_where_the_target_has_it(target, vnni, tmp_path):
+    """Its sequence kernel multiplies each step's state codes by R's s8 codes with `vpdpbusd`
+    (`compute.recurrent.lstm_vnni_sequence`), not `vpmaddwd` on int16 codes."""
+    model, _ = _recurrent_model("LSTM", features=16, hidden=8, seq=6)
+    assembly = tvm_fuse.build(_quantized(model, tmp_path, "LSTM"), target).assembly()
+    assert ("lstm_vnni" in assembly) == vnni

@@ -23,6 +23,8 @@ from ...amx import fits_amx
 from ...compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
 from ...compute.dense_int8 import QUAD, dense_int8, pack_dense_quads
 from ...compute.matmul import packing_block
+from ...compute.recurrent import lstm_vnni_sequence, pack_recurrent_quads
+from ...ir_names import KERNEL_ATTR, REVERSE_ATTR
 from ...patterns.table import composite_of
 from ...quantization.weights import S7_MAX, S8_MAX
 from ...target import isa_features, vector_lanes
@@ -45,9 +47,10 @@ def RealizeIntegerProducts(vnni: bool, lanes: int, amx: bool = False) -> tvm.tra
         limit = (S8_MAX if vnni or amx else S7_MAX) + 1
         products = {var: found for var, value in values.items()
                     if (found := _integer_product(mod, values, value, limit)) is not None}
-        if not products:
+        recurrences = {var for var, value in values.items() if vnni and _s8_recurrence(mod, value)}
+        if not products and not recurrences:
             return mod
-        realizer = _Realizer(mod, products, vnni, lanes, amx)
+        realizer = _Realizer(mod, products, recurrences, vnni, lanes, amx)
         main = mod.get_global_var("main")
         updated = mutate_functions(mod, realizer, lambda f: realizer.visit_expr(f) if f.same_as(mod[main]) else None)
         return relax.transform.DeadCodeElimination()(updated)
@@ -101,6 +104,21 @@ def _op(value) -> str | None:
     return value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else None
 
 
+def _s8_recurrence(mod: tvm.IRModule, value) -> bool:
+    """Whether `value` calls a dynamically quantized LSTM's sequence kernel whose R is s8 codes
+    (about a zero point of 0) of a hidden size of whole quads: `compute.recurrent`'s
+    `lstm_vnni_sequence` takes it."""
+    if _op(value) != "relax.call_tir":
+        return False
+    func = mod[value.args[0]]
+    args = value.args[1].fields
+    if str((func.attrs or {}).get(KERNEL_ATTR, "")) != "lstm" or len(args) != 5:
+        return False
+    recurrent = args[1]
+    return (isinstance(recurrent, GenericConst) and str(recurrent.ty.dtype) == "int8"
+            and int(recurrent.ty.shape[2]) % QUAD == 0)
+
+
 def integer_product(acc: te.Tensor, zero_point: te.Tensor | None, column_sums: te.Tensor) -> te.Tensor:
     """The s32 `acc` of u8 codes times s8 weights as float32, less the codes' zero point (a
     scalar) times each column's weight sum: the product of the codes less their zero point."""
@@ -112,15 +130,18 @@ def integer_product(acc: te.Tensor, zero_point: te.Tensor | None, column_sums: t
 
 @mutator
 class _Realizer(PyExprMutator):
-    def __init__(self, mod: tvm.IRModule, products: dict, vnni: bool, lanes: int, amx: bool):
+    def __init__(self, mod: tvm.IRModule, products: dict, recurrences: set, vnni: bool, lanes: int, amx: bool):
         super().__init__(mod)
         self.mod = mod
         self.products = products
+        self.recurrences = recurrences
         self.vnni = vnni
         self.lanes = lanes
         self.amx = amx
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        if binding.var in self.recurrences:
+            return self._vnni_recurrence(binding)
         found = self.products.get(binding.var)
         if found is None:
             return super().visit_var_binding_(binding)
@@ -146,6 +167,22 @@ class _Realizer(PyExprMutator):
 
             return composite_compute(func.body, params, anchor_compute)(*tensors[:len(params)])
 
-        kernel = kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True})
+        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
+
+    def _vnni_recurrence(self, binding: relax.VarBinding) -> None:
+        """The LSTM's sequence kernel on `vpdpbusd` (`compute.recurrent.lstm_vnni_sequence`)."""
+        call = binding.value
+        func = self.mod[call.args[0]]
+        products, recurrent, recurrent_scale, h0, c0 = [self.visit_expr(a) for a in call.args[1].fields]
+        codes = recurrent.value.numpy()
+        seq, batch = (int(d) for d in products.ty.shape.values[:2])
+        reverse = tuple(bool(int(r)) for r in func.attrs[REVERSE_ATTR])
+        kernel = lstm_vnni_sequence(seq, batch, int(codes.shape[2]), reverse).with_attrs(dict(func.attrs))
+        args = [products, relax.const(pack_recurrent_quads(codes)), relax.const(codes.sum(axis=2, dtype=np.int32)),
+                recurrent_scale, h0, c0]
+        outputs = list(call.ty_args[0].fields)
+        self._rebind(binding, relax.call_tir(self.builder_.add_func(kernel, "lstm_vnni"), args, outputs))
+
+    def _rebind(self, binding: relax.VarBinding, value: relax.Expr) -> None:
         emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(kernel, binding.var.name))
+        self.set_var_remap(binding.var, emit(value, binding.var.name))
