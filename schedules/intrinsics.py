@@ -14,10 +14,7 @@ from tvm.script import tirx as T
 from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as tb
 
-# (vpdpbusd, vpmaddubsw, vpmaddwd) by lanes: LLVM's x86 intrinsics for zmm and ymm.
-LLVM_INTRINSICS = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
-         8: ("llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")}
-
+from ..compute.dense_int8 import LLVM_INTRINSICS
 
 # Each product is registered on first use: parsing their TVMScript took most of `import tvm_fuse`.
 _REGISTERING = threading.Lock()

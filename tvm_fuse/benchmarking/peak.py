@@ -30,9 +30,10 @@ import tvm
 from tvm.script import tirx as T
 
 from ..amx import AMX_COLUMNS, AMX_ROWS
+from ..compute.dense_int8 import LLVM_INTRINSICS
 from ..errors import TvmFuseError
 from ..schedules.amx.machine import BF16, INT8
-from ..schedules.intrinsics import LLVM_INTRINSICS, bf16_llvm
+from ..schedules.intrinsics import bf16_llvm
 from ..target import (
     host_cores,
     isa_features,

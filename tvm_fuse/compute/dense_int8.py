@@ -33,6 +33,9 @@ from .matmul import cropped, dense_product, packing_block, padded_rows, row_sour
 from .requantize import ROUNDING_SHIFT, U8_MAX
 
 QUAD = 4  # u8 x s8 products per s32 lane of a `vpdpbusd`
+# (vpdpbusd, vpmaddubsw, vpmaddwd) by lanes: LLVM's x86 intrinsics for zmm and ymm.
+LLVM_INTRINSICS = {16: ("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512"),
+                   8: ("llvm.x86.avx512.vpdpbusd.256", "llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")}
 # Values per scale of a row quantized at run time. A transformer's hidden state has a few
 # outlier channels (MiniLM's layer norm outputs: up to 20x the median channel), which set a
 # whole row's range. In an emulation of MiniLM's int8 dense layers, groups of 64 cut the

@@ -13,7 +13,7 @@ import numpy as np
 import tvm
 from tvm.script import tirx as T
 
-from .dense_int8 import QUAD, pack_dense_quads
+from .dense_int8 import LLVM_INTRINSICS, QUAD, pack_dense_quads
 from .fast_math import exp_f32
 from .requantize import U8_MAX
 
@@ -238,8 +238,6 @@ def lstm_vnni_sequence(seq: int, batch: int, hidden: int, reverse: tuple[bool, .
     times each column's code sum (exact in s32, as ONNX Runtime sums it): (products, packed,
     column_sums [directions, 4 * hidden] (s32), recurrent_scale, h0, c0) -> as
     `lstm_sequence`. `hidden` a multiple of 4."""
-    from ..schedules.intrinsics import LLVM_INTRINSICS  # the kernel's instruction, named once
-
     directions, width, rows, lanes = len(reverse), 4 * hidden, _rows(batch), _vector(hidden)
     blocks, quads = width // VNNI_LANES, hidden // QUAD
     tile = next(t for t in (8, 4, 2, 1) if blocks % t == 0 and rows * t <= VNNI_ACCUMULATORS)
