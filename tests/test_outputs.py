@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.conftest import AVX512_TARGET
-from tvm_fuse.outputs import Spans, unshared
+from tvm_fuse.outputs import Spans, tensor_span, unshared
 
 
 def _model(nodes, outputs, initializers=()):
@@ -73,20 +73,34 @@ def test_two_outputs_of_one_tensor_are_two_arrays():
     np.testing.assert_array_equal(y, z)
 
 
+def _span(array: np.ndarray) -> tuple[int, int]:
+    return array.ctypes.data, array.ctypes.data + array.nbytes
+
+
 def test_spans_merge_what_they_touch_and_find_any_overlap():
     memory = np.zeros(100, np.uint8)
-    spans = Spans([memory[40:50], memory[0:10], memory[20:30]])
-    spans.add(memory[8:22])  # joins the first two
+    spans = Spans(_span(a) for a in [memory[40:50], memory[0:10], memory[20:30]])
+    spans.add(*_span(memory[8:22]))  # joins the first two
     assert len(spans.starts) == 2
-    assert spans.overlaps(memory[25:26]) and spans.overlaps(memory[45:60]) and spans.overlaps(memory[5:95])
-    assert not spans.overlaps(memory[30:40]) and not spans.overlaps(memory[50:100])
-    assert not spans.overlaps(memory[0:0])
+    assert all(spans.overlaps(*_span(memory[a:b])) for a, b in [(25, 26), (45, 60), (5, 95)])
+    assert not any(spans.overlaps(*_span(memory[a:b])) for a, b in [(30, 40), (50, 100), (0, 0)])
 
 
 def test_unshared_copies_only_what_shares_memory():
     memory = np.zeros(100, np.float32)
     own, of_input, of_weight = np.ones(4, np.float32), memory[0:4], memory[50:54]
-    result = unshared([own, of_input, of_weight, own], [memory[0:10]], Spans([memory[50:60]]))
+    outputs = [(a, _span(a)) for a in (own, of_input, of_weight, own)]
+    result = unshared(outputs, Spans([_span(memory[0:10])]), Spans([_span(memory[50:60])]))
     assert result[0] is own
     assert all(not np.shares_memory(r, memory) for r in result[1:3])
     assert not np.shares_memory(result[3], own)  # the same tensor twice: the second a copy
+
+
+def test_a_tensor_span_is_the_memory_numpy_reads():
+    """The VM's outputs are views into its storage at an offset (DLPack's byte_offset)."""
+    import tvm
+
+    storage = tvm.runtime.tensor(np.arange(64, dtype=np.float32))
+    array = np.from_dlpack(storage)[16:32]
+    view = tvm.runtime.from_dlpack(array)
+    assert tensor_span(view, array.nbytes) == _span(array)

@@ -19,7 +19,7 @@ from .errors import TvmFuseError
 from .feed import check_feed, exact_arrays, output_indices, static_signature
 from .fusion_report import FusionReport
 from .ir_names import TVM_ALIGNMENT
-from .outputs import Spans, unshared
+from .outputs import Spans, tensor_span, unshared
 from .streams import Streams
 from .target import missing_host_features
 from .tensor_info import TensorInfo
@@ -156,14 +156,16 @@ class CompiledModel:
         entry = getattr(self._per_thread, "main", None)
         if entry is None:  # looked up once per thread: a VM's function lookup costs a small model's run 10%
             machine, weights = self._machine()
-            entry = self._per_thread.main = machine["main"], weights, Spans(np.from_dlpack(w) for w in weights)
+            spans = Spans(tensor_span(w, np.from_dlpack(w).nbytes) for w in weights)
+            entry = self._per_thread.main = machine["main"], weights, spans
         main, weights, weight_spans = entry
         configure_this_thread()
         inputs = self._device_inputs(arrays)
         result = main(*inputs, *weights)
         results = list(result) if len(self._outputs) > 1 else [result]
         # Through DLPack: `Tensor.numpy()` cost a tenth of a small model's run.
-        return unshared([np.from_dlpack(results[i]) for i in wanted], [np.from_dlpack(t) for t in inputs], weight_spans)
+        outputs = [(array := np.from_dlpack(results[i]), tensor_span(results[i], array.nbytes)) for i in wanted]
+        return unshared(outputs, Spans(tensor_span(t, a.nbytes) for t, a in zip(inputs, arrays)), weight_spans)
 
     def run_async(self, output_names, input_feed: dict) -> Future:
         """`run` on one of the model's streams (`set_streams`): many requests at once, each on
