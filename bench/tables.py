@@ -134,9 +134,14 @@ TRANSFORMERS = Table([
     key("tvm_fuse_dynamic_int8_max_rel_diff", "ours int8 err", "{:.1e}"),
     key("onnxruntime_dynamic_int8_max_rel_diff", "ORT int8 err", "{:.1e}"),
     key("tvm_fuse_dynamic_int8_bf16_ms", "ours int8+bf16 ms"),
+    key("tvm_fuse_of_ort_int8_ms", "ours of ORT int8 ms"),
+    ratio("onnxruntime_dynamic_int8_ms", "tvm_fuse_of_ort_int8_ms", "ORT int8 / ours of it"),
+    key("tvm_fuse_of_ort_int8_max_rel_diff", "ours of it vs ORT int8", "{:.1e}"),
 ], "int8: dynamic (ours: `QuantConfig(activations='dynamic')`, a scale per group of 64 values of a row; ONNX "
    "Runtime's quantize_dynamic, one per tensor). any length: our one build for every sequence length against "
-   "the build for this one. err: against ONNX Runtime fp32.")
+   "the build for this one. err: against ONNX Runtime fp32. ours of ORT int8: our build of ONNX Runtime's "
+   "quantize_dynamic model as it is (its MatMulIntegers on our int8 kernels), its difference against ONNX "
+   "Runtime's run of that model.")
 
 # bench/throughput.py
 THROUGHPUT = Table([
