@@ -534,7 +534,9 @@ def integer(draw) -> Case:
     weight_type = draw(st.sampled_from([np.int8, np.uint8]))
     low, high = (-128, 127) if weight_type == np.int8 else (0, 255)
     if op == "MatMulInteger":
-        m, k, n = draw(st.integers(1, 9)), draw(st.integers(1, 64)), draw(st.integers(1, 40))
+        # Depths of whole quads and widths of whole column blocks too: those run on int8 kernels.
+        m = draw(st.integers(1, 9))
+        k, n = draw(st.integers(1, 64) | st.sampled_from([4, 16, 64])), draw(st.integers(1, 40) | st.sampled_from([8, 32]))
         x, w = _values(draw, (m, k), 0, 255, np.uint8), _values(draw, (k, n), low, high, weight_type)
         w_zero_point_shape = draw(st.sampled_from([(), (n,)]))
         conv_attrs = {}
