@@ -142,6 +142,16 @@ def dequantize_product(acc: te.Tensor, params: te.Tensor, column_sums: te.Tensor
     return te.compute(acc.shape, value, name="dequantize_product")
 
 
+def integer_product(acc: te.Tensor, zero_point: te.Tensor | None, column_sums: te.Tensor) -> te.Tensor:
+    """The s32 `acc` of u8 codes times s8 weights as float32, less the codes' zero point (a
+    scalar tensor, or None for 0) times each column's weight sum: the product of the codes
+    less their zero point, as ONNX Runtime's MatMulInteger sums it."""
+    if zero_point is None:
+        return te.compute(acc.shape, lambda *i: acc(*i).astype("float32"), name="integer_product")
+    return te.compute(acc.shape, lambda *i: acc(*i).astype("float32") - zero_point() * column_sums[i[-1]],
+                      name="integer_product")
+
+
 def dense_int8_groups(codes: te.Tensor, params: te.Tensor, packed: te.Tensor, column_sums: te.Tensor,
                       vnni: bool = True, amx: bool = False) -> te.Tensor:
     """`x @ W` in real values but for each column's weight scale, x given as `quantize_rows`

@@ -40,6 +40,13 @@ def mutate_functions(mod: tvm.IRModule, mutator: PyExprMutator,
     return mutator.builder_.get()
 
 
+def rebind(mutator: PyExprMutator, binding: relax.VarBinding, value: relax.Expr) -> None:
+    """Emit `value` in place of `binding`, under its name, as the `mutator` visits it."""
+    builder = mutator.builder_
+    emit = builder.emit if isinstance(binding.var, relax.DataflowVar) else builder.emit_output
+    mutator.set_var_remap(binding.var, emit(value, binding.var.name))
+
+
 def rebind_pass(name: str, plan: Plan) -> tvm.transform.Pass:
     """A module pass that rewrites every Relax function by its `plan`."""
 

@@ -67,7 +67,7 @@ from ...quantization.points import (
 from ...quantization.weights import S7_MAX, S8_MAX, pack_vnni, quantize_blocked_weight, quantize_dense_weight
 from ...target import isa_features, vector_lanes
 from ..lower_composites import anchor_compute, composite_compute, kernel_call
-from ..relax_helpers import blocked_from_nchw, mutate_functions, read_only_by, readers
+from ..relax_helpers import blocked_from_nchw, mutate_functions, read_only_by, readers, rebind
 from .composite import TileLayout, anchor_of, conv_tile_layout, largest_set
 
 INT8_ATTR = "tvm_fuse.int8"  # kernel attribute: its data and weights are int8
@@ -157,7 +157,7 @@ class _Realizer(PyExprMutator):
         conv = self.convs.get(binding.var)
         if conv is None:
             if self.qdq and isinstance(binding.value, relax.Call):
-                return self._rebind(binding, self._on_grids(binding.value))
+                return rebind(self, binding, self._on_grids(binding.value))
             return super().visit_var_binding_(binding)
         call = binding.value
         func = self.mod[call.op]
@@ -182,7 +182,7 @@ class _Realizer(PyExprMutator):
         compute = _int8_compute(func, params, anchor, data_scale.zero_point, residual is not None, output,
                                 self.vnni, tiles, kernel_w if layout.fold else 0)
         scales = relax.const(_epilogue_scales(residual, output))
-        self._rebind(binding, kernel_call(self.builder_, func, compute,
+        rebind(self, binding, kernel_call(self.builder_, func, compute,
                                           [*args, scales, relax.const(multiplier), *correction],
                                           "int8_", {INT8_ATTR: True}))
 
@@ -203,7 +203,7 @@ class _Realizer(PyExprMutator):
 
             return composite_compute(func.body, params, anchor)(*tensors[:-1])
 
-        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, relax.const(scale)], "s8_weights_"))
+        rebind(self, binding, kernel_call(self.builder_, func, compute, [*args, relax.const(scale)], "s8_weights_"))
 
     def _row_quantized_dense(self, binding: relax.VarBinding) -> None:
         """An int8 dense kernel (`compute.dense_int8`) on its input's rows quantized at run time,
@@ -244,7 +244,7 @@ class _Realizer(PyExprMutator):
             return composite_compute(func.body, params, lambda *a: anchor(*a, *extra))(*tensors[:len(params)])
 
         extra = [row_params, relax.const(column_sums), relax.const(scale)]
-        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
+        rebind(self, binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
 
     def _rows_as_codes(self, original: relax.Var, value: relax.Expr, flat: bool = False
                        ) -> tuple[relax.Expr, relax.Var]:
@@ -271,7 +271,7 @@ class _Realizer(PyExprMutator):
         real = composite_compute(func.body, list(func.params), anchor_compute)
         compute = lambda *tensors: _quantized(real(*tensors[:-1]), func, output, tensors[-1])  # noqa: E731
         args = [self.visit_expr(a) for a in call.args]
-        self._rebind(binding, kernel_call(self.builder_, func, compute,
+        rebind(self, binding, kernel_call(self.builder_, func, compute,
                                           [*args, relax.const(_epilogue_scales(None, output))]))
 
     def _on_grids(self, call: relax.Call) -> relax.Call:
@@ -294,12 +294,7 @@ class _Realizer(PyExprMutator):
     def _pass_codes(self, binding: relax.VarBinding) -> None:
         """A max-pool or concat on the u8 codes of its inputs."""
         call = binding.value
-        self._rebind(binding, relax.Call(call.op, [self.visit_expr(a) for a in call.args], call.attrs))
-
-    def _rebind(self, binding: relax.VarBinding, value: relax.Expr) -> None:
-        """Emit `value` in place of the binding, under its name."""
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(value, binding.var.name))
+        rebind(self, binding, relax.Call(call.op, [self.visit_expr(a) for a in call.args], call.attrs))
 
     def _u8(self, original: relax.Var, value: relax.Expr, scale: TensorScale) -> relax.Expr:
         """`value` as u8 codes: itself from an int8 kernel, else quantized (once per tensor),

@@ -8,28 +8,31 @@ data is u8 codes less their zero point and whose weight holds integers of 8 bits
 int8 kernel (`compute.dense_int8`): the codes times the packed s8 weights summed in s32, less
 the zero point times each column's weight sum, as ONNX Runtime sums them, then the composite's
 own post-ops. Only where the target multiplies u8 by s8 without saturating (VNNI, AMX, or
-weights of 7 bits); elsewhere the product stays fp32.
+weights of 7 bits); elsewhere the product stays fp32. A DynamicQuantizeLSTM's sequence kernel
+whose R is s8 codes steps on `vpdpbusd` where the target has VNNI
+(`compute.recurrent.lstm_vnni_sequence`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax, te
+from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ...amx import fits_amx
 from ...compute.conv_nchwc_int8 import INT8_OUT_BLOCKS
-from ...compute.dense_int8 import QUAD, dense_int8, pack_dense_quads
+from ...compute.dense_int8 import QUAD, dense_int8, integer_product, pack_dense_quads
 from ...compute.matmul import packing_block
 from ...compute.recurrent import lstm_vnni_sequence, pack_recurrent_quads
+from ...compute.requantize import holds_integers
 from ...ir_names import KERNEL_ATTR, REVERSE_ATTR
 from ...patterns.table import composite_of
 from ...quantization.weights import S7_MAX, S8_MAX
 from ...target import isa_features, vector_lanes
 from ..lower_composites import composite_compute, kernel_call
-from ..relax_helpers import mutate_functions
+from ..relax_helpers import mutate_functions, rebind
 from .composite import anchor_of
 from .int8 import INT8_ATTR
 
@@ -78,8 +81,8 @@ def _integer_product(mod, values, value, limit: int):
     if not isinstance(weight, GenericConst) or weight.ty.ndim != 2:
         return None
     weight = weight.value.numpy()
-    if weight.shape[0] % QUAD or weight.shape[1] % min(INT8_OUT_BLOCKS) or not (np.all(weight >= -limit) and np.all(weight < limit)
-                                      and np.array_equal(weight, np.round(weight))):
+    whole = weight.shape[0] % QUAD == 0 and weight.shape[1] % min(INT8_OUT_BLOCKS) == 0
+    if not (whole and np.all(weight >= -limit) and np.all(weight < limit) and holds_integers(weight)):
         return None
     codes, zero_point = _codes_less_zero_point(values, value.args[found.data])
     if codes is None:
@@ -117,15 +120,6 @@ def _s8_recurrence(mod: tvm.IRModule, value) -> bool:
     recurrent = args[1]
     return (isinstance(recurrent, GenericConst) and str(recurrent.ty.dtype) == "int8"
             and int(recurrent.ty.shape[2]) % QUAD == 0)
-
-
-def integer_product(acc: te.Tensor, zero_point: te.Tensor | None, column_sums: te.Tensor) -> te.Tensor:
-    """The s32 `acc` of u8 codes times s8 weights as float32, less the codes' zero point (a
-    scalar) times each column's weight sum: the product of the codes less their zero point."""
-    if zero_point is None:
-        return te.compute(acc.shape, lambda *i: acc(*i).astype("float32"), name="integer_product")
-    return te.compute(acc.shape, lambda *i: acc(*i).astype("float32") - zero_point() * column_sums[i[-1]],
-                      name="integer_product")
 
 
 @mutator
@@ -167,7 +161,7 @@ class _Realizer(PyExprMutator):
 
             return composite_compute(func.body, params, anchor_compute)(*tensors[:len(params)])
 
-        self._rebind(binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
+        rebind(self, binding, kernel_call(self.builder_, func, compute, [*args, *extra], "int8_", {INT8_ATTR: True}))
 
     def _vnni_recurrence(self, binding: relax.VarBinding) -> None:
         """The LSTM's sequence kernel on `vpdpbusd` (`compute.recurrent.lstm_vnni_sequence`)."""
@@ -181,8 +175,4 @@ class _Realizer(PyExprMutator):
         args = [products, relax.const(pack_recurrent_quads(codes)), relax.const(codes.sum(axis=2, dtype=np.int32)),
                 recurrent_scale, h0, c0]
         outputs = list(call.ty_args[0].fields)
-        self._rebind(binding, relax.call_tir(self.builder_.add_func(kernel, "lstm_vnni"), args, outputs))
-
-    def _rebind(self, binding: relax.VarBinding, value: relax.Expr) -> None:
-        emit = self.builder_.emit if isinstance(binding.var, relax.DataflowVar) else self.builder_.emit_output
-        self.set_var_remap(binding.var, emit(value, binding.var.name))
+        rebind(self, binding, relax.call_tir(self.builder_.add_func(kernel, "lstm_vnni"), args, outputs))
