@@ -75,7 +75,7 @@ def corpus_feed(name: str, seed: int = 0) -> dict[str, np.ndarray]:
             feed[spec["name"]] = np.array(spec["values"]).astype(dtype).reshape(shape)
         elif spec.get("kind") in _PICTURES:
             feed[spec["name"]] = _PICTURES[spec["kind"]](rng, shape)
-        elif np.issubdtype(dtype, np.integer):
+        elif np.issubdtype(dtype, np.integer) or spec.get("integral"):  # integral: ids a model takes as floats
             low, high = spec["range"]
             feed[spec["name"]] = rng.integers(low, high + 1, shape).astype(dtype)
         else:
