@@ -32,6 +32,7 @@ from .transform.cancel_transposes import CancelTransposes
 from .transform.clip_to_min_max import ClipToMinMax
 from .transform.concat_in_place import ConcatInPlace
 from .transform.conv1d_as_dense import Conv1dAsDense
+from .transform.conv3d_as_conv2d import Conv3dAsConv2d
 from .transform.conv_transpose_as_conv import ConvTransposeAsConv
 from .transform.dataflow_around_ifs import DataflowAroundIfs
 from .transform.dense import CanonicalizeDense
@@ -70,8 +71,8 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     """The forms the fusion table expects: the ops around an If in dataflow blocks, constants
     folded first (a conv bias is a reshape of one until then), ONNX Sum / Max / Min / Mean as
     binary ops, no-ops gone, a conv's zero Pad as its own padding, Gemm / MatMul + Add as dense
-    + bias, a transposed conv whose kernel is its stride as a 1x1 conv, batch-norm folded into
-    the layer before it (unless `conv_bn` / `fc_bn` are off), clip as maximum / minimum, leaky
+    + bias, a transposed conv whose kernel is its stride as a 1x1 conv, a 3-D conv one frame
+    deep as a 2-D conv of each frame, batch-norm folded into the layer before it (unless `conv_bn` / `fc_bn` are off), clip as maximum / minimum, leaky
     ReLU and PRelu as a maximum and constants at their tensor's rank (all so layout conversion
     can follow), a 1-D conv with an output row shorter than a vector (or strided or grouped over
     enough channels) as a dense layer over its input windows (one output over its whole input:
@@ -87,6 +88,7 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
         FoldPadIntoConv(),
         CanonicalizeDense(),
         ConvTransposeAsConv(),
+        Conv3dAsConv2d(),
         FoldBatchNorm(fold_into),
         ClipToMinMax(),
         SlopesToMax(),
