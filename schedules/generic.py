@@ -11,7 +11,8 @@ innermost axis at a time.
 A copy whose innermost written and read axes differ (a layout transform between NCHW and
 NCHW{c}c) moves tiles of lanes x lanes values, or half as many along NCHW8c's blocks
 (`_schedule_transpose`). A reduction of a whole tensor to one value (a dynamically quantized
-tensor's range) folds a vector of partial results at a time (`_schedule_full_reduction`). TVM's dlight CPU reduction rule was tried for softmax, and lost."""
+tensor's range) folds a vector of partial results at a time (`_schedule_full_reduction`).
+TVM's dlight CPU reduction rule was tried for softmax, and lost."""
 
 from __future__ import annotations
 
