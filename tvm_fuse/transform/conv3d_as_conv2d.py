@@ -9,7 +9,7 @@ import tvm
 from tvm import relax
 from tvm.ir.expr import GenericConst
 
-from .relax_helpers import rebind_pass
+from .relax_helpers import is_op, rebind_pass
 
 _LAYOUTS = ("NCDHW", "OIDHW", "NCDHW")
 
@@ -24,7 +24,7 @@ def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
 
 
 def _as_conv2d(call) -> relax.Expr | None:
-    if not isinstance(call, relax.Call) or not isinstance(call.op, tvm.ir.Op) or call.op.name != "relax.nn.conv3d":
+    if not is_op(call, "relax.nn.conv3d"):
         return None
     data, weight = call.args
     attrs = call.attrs

@@ -32,7 +32,7 @@ from ...patterns.table import composite_of
 from ...quantization.weights import S7_MAX, S8_MAX
 from ...target import isa_features, vector_lanes
 from ..lower_composites import composite_compute, kernel_call
-from ..relax_helpers import mutate_functions, rebind
+from ..relax_helpers import is_op, mutate_functions, rebind
 from .composite import anchor_of
 from .int8 import INT8_ATTR
 
@@ -95,23 +95,19 @@ def _codes_less_zero_point(values, data):
     `astype(codes, float32) - zero_point` or `astype(codes, float32)`; (None, None) otherwise."""
     zero_point = None
     value = values.get(data)
-    if _op(value) == "relax.subtract" and value.args[1].ty.ndim == 0 and str(value.args[1].ty.dtype) == "float32":
+    if is_op(value, "relax.subtract") and value.args[1].ty.ndim == 0 and str(value.args[1].ty.dtype) == "float32":
         data, zero_point = value.args
         value = values.get(data)
-    if _op(value) != "relax.astype" or str(value.args[0].ty.dtype) != "uint8":
+    if not is_op(value, "relax.astype") or str(value.args[0].ty.dtype) != "uint8":
         return None, None
     return value.args[0], zero_point
-
-
-def _op(value) -> str | None:
-    return value.op.name if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) else None
 
 
 def _s8_recurrence(mod: tvm.IRModule, value) -> bool:
     """Whether `value` calls a dynamically quantized LSTM's sequence kernel whose R is s8 codes
     (about a zero point of 0) of a hidden size of whole quads: `compute.recurrent`'s
     `lstm_vnni_sequence` takes it."""
-    if _op(value) != "relax.call_tir":
+    if not is_op(value, "relax.call_tir"):
         return False
     func = mod[value.args[0]]
     args = value.args[1].fields
