@@ -50,7 +50,7 @@ def test_the_environment_names_the_cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change", ["model", "target", "input_shapes", "disable_fusion", "precision",
-                                    "quantize", "tuning_record", "winograd_switch"])
+                                    "quantize", "tuning_record", "winograd_switch", "code"])
 def test_any_change_misses(change, tmp_path, monkeypatch):
     logs = tmp_path / "logs.jsonl"
     record = log_paths()[0].read_text().splitlines()[0]  # a real record, for a kernel this model lacks
@@ -74,6 +74,8 @@ def test_any_change_misses(change, tmp_path, monkeypatch):
         logs.write_text(record + "\n" + record + "\n")
     elif change == "winograd_switch":
         monkeypatch.setenv("TVM_FUSE_DISABLE_WINOGRAD", "1")
+    elif change == "code":  # a checkout or upgrade whose code changed under the same version
+        monkeypatch.setattr(cache, "_code_digest", lambda: "0" * 64)
     compiles = _count_compiles(monkeypatch)
     tvm_fuse.build(model, target, **options)
     assert len(compiles) == 1
@@ -148,3 +150,4 @@ def test_a_models_external_data_is_part_of_its_key(tmp_path, monkeypatch):
     weights.write_bytes(bytes(reversed(weights.read_bytes())))  # other weights, the same .onnx file
     tvm_fuse.build(path, BF16_TARGET, cache_dir=tmp_path / "cache")
     assert len(compiles) == 2
+

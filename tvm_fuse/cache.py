@@ -5,7 +5,8 @@ its code, so that building the same model with the same options again loads it i
 
 The key is a SHA-256 over the model's bytes (its external data included), the target, every
 build option, the tuning records the build reads, the switches in the environment that change
-code, and the tvm_fuse and TVM versions. An entry is a folder named by its key, holding the
+code, the tvm_fuse and TVM versions, and the bytes of tvm_fuse's own code (so that a changed
+checkout or an upgrade that kept the version number never loads what the old code built). An entry is a folder named by its key, holding the
 exported model (`artifact.export`) and `entry.json`, which says what was built. It is written
 under a temporary name and renamed into place: a reader sees a whole entry or none, and of two
 processes building one model at once, the second to finish finds the entry there and drops its
@@ -16,6 +17,7 @@ rebuilt with a warning, never run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -133,7 +135,22 @@ def key(model_bytes: bytes, target: str, options: Mapping, tuning_logs: list[Pat
         "tuning_logs": [Path(p) for p in tuning_logs],
         "switches": {name: os.environ.get(name) for name in _CODE_SWITCHES},
         "versions": [__version__, tvm.__version__],
+        "code": _code_digest(),
     })
+    return digest.hexdigest()
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A SHA-256 over tvm_fuse's Python sources and schedule knobs, as installed."""
+    from . import schedules
+
+    digest = hashlib.sha256()
+    for root in (Path(__file__).parent, Path(schedules.__file__).parent):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".json") and "benchmarking" not in path.relative_to(root).parts:
+                _feed(digest, str(path.relative_to(root)))
+                _feed(digest, path)
     return digest.hexdigest()
 
 
