@@ -18,6 +18,7 @@ from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .recurrent import gru, lstm
+from .slicing import slice_
 
 
 def _bound(value, default: float) -> float | None:
@@ -51,15 +52,6 @@ def prelu(bb, inputs, attrs, opset):
     if opset >= 7 or slope.ty.ndim != 1 or x.ty.ndim < 2:
         return None
     return relax.op.nn.prelu(x, slope, axis=1)
-
-
-def slice_attributes(bb, inputs, attrs, opset):
-    """Slice before opset 10 takes starts/ends/axes as attributes; TVM reads only the inputs."""
-    if opset >= 10:
-        return None
-    starts, ends = list(attrs["starts"]), list(attrs["ends"])
-    axes = list(attrs.get("axes", range(len(starts))))
-    return relax.op.strided_slice(inputs[0], axes, starts, ends)
 
 
 def expand(bb, inputs, attrs, opset):
@@ -259,7 +251,7 @@ CONVERTERS = {
     "Resize": resize,
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,
-    "Slice": slice_attributes,
+    "Slice": slice_,
 }
 # Ops of ONNX Runtime's com.microsoft domain that CONVERTERS convert.
 MICROSOFT_OPS = frozenset({"DynamicQuantizeLSTM"})

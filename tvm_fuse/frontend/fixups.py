@@ -294,6 +294,55 @@ def explicit_same_padding(model: onnx.ModelProto) -> onnx.ModelProto:
     return _replace_nodes(model, rewrite)
 
 
+def drop_empty_concat_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A Concat input whose static shape is empty (a Slice to the end of a tensor already
+    consumed, torch's `x[:, k:]`) -> left out of the Concat, as it adds nothing; the nodes that
+    computed it and now feed nothing -> removed."""
+    sliced = {out for node in model.graph.node if node.op_type == "Slice" for out in node.output}
+    if not any(name in sliced for node in model.graph.node if node.op_type == "Concat" for name in node.input):
+        return model  # only a slice is empty where the inputs are not: no shape inference then
+    shapes = None
+
+    def rewrite(node):
+        nonlocal shapes
+        if node.op_type != "Concat":
+            return [node]
+        shapes = _static_shapes(model) if shapes is None else shapes
+        kept = [name for name in node.input if not (name in shapes and 0 in shapes[name])]
+        if len(kept) in (0, len(node.input)):
+            return [node]
+        fixed = onnx.NodeProto()
+        fixed.CopyFrom(node)
+        del fixed.input[:]
+        fixed.input.extend(kept)
+        return [fixed]
+
+    fixed = _replace_nodes(model, rewrite)
+    return model if shapes is None or fixed.graph.node == model.graph.node else _without_dead_nodes(fixed)
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name a node of `graph` or of a graph inside it reads."""
+    names = set()
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for inner in [attribute.g, *attribute.graphs] if attribute.type in (
+                    onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) else []:
+                names |= _read_names(inner)
+    return names
+
+
+def _without_dead_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` less the nodes none of whose outputs is read or is a graph output."""
+    while True:
+        live = _read_names(model.graph) | {output.name for output in model.graph.output}
+        pruned = _replace_nodes(model, lambda node: [node] if any(o in live for o in node.output) else [])
+        if len(pruned.graph.node) == len(model.graph.node):
+            return model
+        model = pruned
+
+
 @dataclass(frozen=True)
 class Fixup:
     name: str
@@ -326,6 +375,13 @@ FIXUPS = (
         "that no later op can equate with the dim it came from, so Expand/Add/Reshape after it "
         "fail ('Cannot use and / or / not operator to Expr'). A CumSum over Shape(x)[i:i+1] "
         "carries x's own dim through.",
+    ),
+    Fixup(
+        "drop_empty_concat_inputs",
+        drop_empty_concat_inputs,
+        "tvm_fuse builds no empty tensors (TVM's kernels for them fail to compile), but torch "
+        "exports `torch.cat([x[:, :k], x[:, k:]])`-style code whose second part is empty for the "
+        "shapes built (RivaGAN's encoder). An empty input adds nothing to a Concat.",
     ),
     Fixup(
         "explicit_same_padding",

@@ -19,7 +19,6 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
-from tvm.sym import Analyzer
 
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
@@ -30,6 +29,7 @@ from .branches import branch_model, branches, graph_key, node_count, node_number
 from .converters import CONVERTERS, node_name, refuse
 from .fixups import apply_fixups
 from .shape_arithmetic import folded
+from .slicing import dims_at_least_one
 from .support import check_supported, default_opset
 
 
@@ -122,10 +122,7 @@ def check_input_sizes(model: onnx.ModelProto) -> None:
 def _never_positive(dim: tvm.tirx.PrimExpr) -> bool:
     """`dim` <= 0 for every size >= 1 of the symbolic dims in it (Relax types an empty slice's
     dim as -1, or as an expression of them that is)."""
-    analyzer = Analyzer()
-    with contextlib.ExitStack() as scopes:
-        for var in tvm.tirx.analysis.undefined_vars(dim):
-            scopes.enter_context(analyzer.constraint_scope(var >= 1))
+    with dims_at_least_one([dim]) as analyzer:
         return analyzer.can_prove(dim <= 0)
 
 

@@ -34,9 +34,21 @@ def FoldConstants() -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="tvm_fuse.FoldConstants")
     def fold(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         mod = _inline_constants(in_numpy(mod))
-        return relax.transform.FoldConstant()(mod) if _has_op_of_constants(mod) else mod
+        if not _has_op_of_constants(mod):
+            return mod
+        # FoldConstant legalizes each call before it looks at its arguments, and a legalization
+        # that emits bindings of its own (dynamic_strided_slice's shape function) leaves them
+        # behind, calling a function it never adds: such a module is not folded.
+        folded = relax.transform.FoldConstant()(mod)
+        return folded if _calls_defined(folded) else mod
 
     return fold
+
+
+def _calls_defined(mod: tvm.IRModule) -> bool:
+    """Whether every function the Relax functions of `mod` call is in `mod`."""
+    return all(gvar in mod.functions for func in mod.functions.values() if isinstance(func, relax.Function)
+               for gvar in relax.analysis.all_global_vars(func))
 
 
 def _parts(index_map, rank: int) -> list[tuple[int, str, int]] | None:
