@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MAX_ELEMENTS = 2**31 - 1  # of any tensor a model builds: kernels index with int32
+
 
 @dataclass(frozen=True)
 class TensorInfo:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 from onnx import helper, numpy_helper
@@ -421,6 +422,26 @@ def concat_split(draw) -> Case:
                 {"x": x}, opset=18)
 
 
+def _indices_from_shape(draw, shape, axes, starts, ends, weights) -> list[onnx.NodeProto]:
+    """Nodes computing `starts` and `ends` as Shape(x)[axis] + offset (or the constant) per
+    axis: expressions of the axis's symbolic dim in a symbolic build."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape")]
+    for name, values in (("starts", starts), ("ends", ends)):
+        parts = []
+        for i, (axis, value) in enumerate(zip(axes, values)):
+            part = f"{name}{i}"
+            if abs(value) < 2**31 and draw(st.booleans()):
+                weights[f"{part}_axis"] = np.array([axis % len(shape)], np.int64)
+                weights[f"{part}_offset"] = np.array([value - shape[axis]], np.int64)  # the same index at this size
+                nodes += [helper.make_node("Gather", ["shape", f"{part}_axis"], [f"{part}_dim"], name=f"{part}_dim"),
+                          helper.make_node("Add", [f"{part}_dim", f"{part}_offset"], [part], name=part)]
+            else:
+                weights[part] = np.array([value], np.int64)
+            parts.append(part)
+        nodes.append(helper.make_node("Concat", parts, [name], name=name, axis=0))
+    return nodes
+
+
 @st.composite
 def slice_gather(draw) -> Case:
     shape = _shape(draw, 1, 4, max_side=7)
@@ -435,12 +456,15 @@ def slice_gather(draw) -> Case:
             starts.append(draw(st.integers(-size - 2, size + 2)))
             ends.append(draw(st.sampled_from([draw(st.integers(-size - 2, size + 2)), 2**62, -(2**62)])))
             steps.append(step)
-        weights = {"starts": np.array(starts, np.int64), "ends": np.array(ends, np.int64),
-                   "axes": np.array(axes, np.int64), "steps": np.array(steps, np.int64)}
-        # Not over a symbolic axis: a slice that is empty for some of its sizes fails at run time
-        # (TVM types its length as a negative number there).
-        return Case([_node("Slice", ["x", "starts", "ends", "axes", "steps"])], {"x": x}, weights, opset=13,
-                    batch=all(axis % len(shape) for axis in axes), spatial=False)
+        weights = {"axes": np.array(axes, np.int64), "steps": np.array(steps, np.int64)}
+        nodes = [_node("Slice", ["x", "starts", "ends", "axes", "steps"])]
+        if draw(st.booleans()):  # as torch writes `x[:, x.size(1) - k:]`: an index from the input's shape
+            nodes = _indices_from_shape(draw, shape, axes, starts, ends, weights) + nodes
+        else:
+            weights.update(starts=np.array(starts, np.int64), ends=np.array(ends, np.int64))
+        # tvm_fuse builds no empty tensors: not one empty for the fed sizes
+        assume(all(len(range(*slice(b, e, s).indices(shape[a]))) for a, b, e, s in zip(axes, starts, ends, steps)))
+        return Case(nodes, {"x": x}, weights, opset=13)
     axis = draw(st.integers(-len(shape), len(shape) - 1))
     size = shape[axis]
     indices = np.array(draw(st.lists(st.integers(-size, size - 1), min_size=1, max_size=5)), np.int64)

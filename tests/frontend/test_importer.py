@@ -5,7 +5,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
-from tests.conftest import tiny_model
+from tests.conftest import ort_outputs, tiny_model
 from tests.differential.cases import Case
 from tvm_fuse import CompileError, InputError, UnsupportedOpsError
 from tvm_fuse.frontend.importer import graph_inputs, set_input_shapes
@@ -113,3 +113,19 @@ def test_a_node_whose_output_is_empty_is_refused_naming_it(symbolic):
                 {"x": np.ones((2, 3), np.float32)}, weights, opset=13)
     with pytest.raises(UnsupportedOpsError, match=r"Slice \(node 'empty_slice'.*its output would be empty"):
         tvm_fuse.build(case.model(symbolic), "llvm")
+
+
+def test_a_shape_and_its_dims_as_graph_outputs_are_int64_tensors():
+    # The import computes Shape of a symbolic input as a shape value, which no run returned.
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"), helper.make_node("Relu", ["x"], ["y"], name="relu"),
+             helper.make_node("Gather", ["shape", "zero"], ["rows"], name="rows")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3]),
+                               helper.make_tensor_value_info("rows", TensorProto.INT64, [])],
+                              [numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feed = {"x": np.ones((4, 3), np.float32)}
+    outputs = tvm_fuse.build(model).run(None, feed)
+    for ours, reference in zip(outputs, ort_outputs(model, feed), strict=True):
+        assert ours.dtype == reference.dtype and ours.shape == reference.shape and np.array_equal(ours, reference)

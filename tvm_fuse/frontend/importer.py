@@ -23,13 +23,13 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
-from ..tensor_info import TensorInfo
+from ..tensor_info import MAX_ELEMENTS, TensorInfo
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
 from .converters import CONVERTERS, node_name, refuse
 from .fixups import apply_fixups
 from .shape_arithmetic import folded
-from .slicing import dims_at_least_one
+from .slicing import dims_in_range
 from .support import check_supported, default_opset
 
 
@@ -98,7 +98,6 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
 
 
 # The most elements a tensor may have: TVM's kernels index buffers with 32-bit integers.
-MAX_ELEMENTS = 2**31 - 1
 
 
 def check_input_sizes(model: onnx.ModelProto) -> None:
@@ -122,7 +121,7 @@ def check_input_sizes(model: onnx.ModelProto) -> None:
 def _never_positive(dim: tvm.tirx.PrimExpr) -> bool:
     """`dim` <= 0 for every size >= 1 of the symbolic dims in it (Relax types an empty slice's
     dim as -1, or as an expression of them that is)."""
-    with dims_at_least_one([dim]) as analyzer:
+    with dims_in_range([dim]) as analyzer:
         return analyzer.can_prove(dim <= 0)
 
 
@@ -222,7 +221,15 @@ class _NamingImporter(ONNXGraphImporter):
         if isinstance(value_proto, onnx.NodeProto):  # called once per node, just before converting it
             self._current_node = self._node_numbers.get(tuple(value_proto.output))
             self._current_node_proto, self._current_if = value_proto, value_proto.name
-        return super()._parse_value_proto(value_proto)
+        name = super()._parse_value_proto(value_proto)
+        value = self._nodes.get(name) if isinstance(value_proto, onnx.ValueInfoProto) else None
+        # A graph output that the import computed as a shape, or one of its dims: an int64 tensor.
+        if isinstance(getattr(value, "ty", None), relax.ShapeType):
+            self._nodes[name] = self.bb.emit(relax.op.shape_to_tensor(value))
+        elif tvm.ir.is_prim_expr(value) and str(value.ty).startswith("int"):
+            dim = relax.op.shape_to_tensor(relax.ShapeExpr([value.astype("int64")]))
+            self._nodes[name] = self.bb.emit(relax.op.reshape(dim, ()))
+        return name
 
     def _convert_subgraph(self, bb, graph):
         """An If's branch as a function of its own, called from the If: a dataflow graph that the

@@ -1,5 +1,5 @@
 """ONNX Slice where TVM's converter is wrong: attributes before opset 10, and starts or ends
-that are expressions of the model's symbolic dims.
+that are expressions of the model's symbolic dims or that index a symbolic axis.
 
 TVM slices with `assume_inbound` as soon as one start or end is symbolic, so a negative index
 is not counted from the end and one past the end is not clamped: `x[:, -3:n]` of a symbolic `n`
@@ -18,6 +18,8 @@ from tvm import relax, tirx
 from tvm.ir.expr import GenericConst
 from tvm.sym import Analyzer
 
+from ..tensor_info import MAX_ELEMENTS
+
 
 def slice_(bb, inputs, attrs, opset):
     if opset < 10:  # starts/ends/axes as attributes, which TVM's converter does not read
@@ -28,18 +30,19 @@ def slice_(bb, inputs, attrs, opset):
     starts, ends, axes, steps = [_index_list(x) for x in given + [None] * (4 - len(given))]
     data = inputs[0]
     ty = getattr(data, "ty", None)
-    if (not isinstance(ty, relax.TensorType) or ty.shape is None or starts is None or ends is None
-            or all(isinstance(i, int) for i in starts + ends)):
-        return None  # constant starts and ends, or a form TVM's converter reads rightly or refuses
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or starts is None or ends is None:
+        return None  # a form TVM's converter reads rightly or refuses
     rank = len(ty.shape)
     axes = [a + rank if a < 0 else a for a in axes] if axes is not None else list(range(len(starts)))
     steps = steps if steps is not None else [1] * len(starts)
     if any(not isinstance(a, int) for a in axes):
         return None
+    if all(isinstance(i, int) for i in starts + ends) and all(isinstance(ty.shape[a], tirx.IntImm) for a in axes):
+        return None  # constant indices into static axes: TVM's converter clamps them rightly
     if any(_is_tensor(i) for i in starts + ends + steps):
         return _at_run_time(bb, data, axes, starts, ends, steps)
     begin, end = [], []
-    with dims_at_least_one([*ty.shape, *starts, *ends]) as analyzer:
+    with dims_in_range([*ty.shape, *starts, *ends]) as analyzer:
         for axis, start, stop, step in zip(axes, starts, ends, steps):
             dim = ty.shape[axis]
             first, last = _within(analyzer, start, dim), _within(analyzer, stop, dim)
@@ -71,13 +74,13 @@ def _index_list(value) -> list | None:
 
 
 @contextlib.contextmanager
-def dims_at_least_one(exprs):
-    """An analyzer that knows every symbolic dim in `exprs` is at least 1 (a run feeds no
-    empty tensors)."""
+def dims_in_range(exprs):
+    """An analyzer that knows every symbolic dim in `exprs` lies in [1, MAX_ELEMENTS] (a run
+    feeds no empty tensors, and none past int32's indices)."""
     analyzer = Analyzer()
     with contextlib.ExitStack() as scopes:
         for var in {v for e in exprs if tvm.ir.is_prim_expr(e) for v in tirx.analysis.undefined_vars(e)}:
-            scopes.enter_context(analyzer.constraint_scope(var >= 1))
+            scopes.enter_context(analyzer.constraint_scope(tirx.all(var >= 1, var <= MAX_ELEMENTS)))
         yield analyzer
 
 
@@ -93,7 +96,8 @@ def _within(analyzer: Analyzer, index, dim):
             else tirx.min(index, dim)
     if analyzer.can_prove(index < 0):
         index = analyzer.simplify(index + dim)
-        return index if analyzer.can_prove(index >= 0) else tirx.max(index, tirx.IntImm("int64", 0))
+        return index if analyzer.can_prove(index >= 0) else tirx.IntImm("int64", 0) if analyzer.can_prove(index <= 0) \
+            else tirx.max(index, tirx.IntImm("int64", 0))
     return None
 
 
