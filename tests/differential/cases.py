@@ -385,6 +385,12 @@ def reshape(draw) -> Case:
             target[0] = -1
         elif draw(st.booleans()) and target[0] == shape[0]:
             target[0] = 0  # copy the input's dim
+        if draw(st.booleans()):  # as torch writes `x.view(x.size(0), -1)`: dims read from the input's shape
+            sources = [draw(st.sampled_from([a for a, d in enumerate(shape) if d == t] or [None])) if t > 0 else None
+                       for t in target]
+            weights = {}
+            nodes = _from_shape(draw, shape, {"target": list(zip(target, sources))}, weights)
+            return Case(nodes + [_node(op, ["x", "target"])], {"x": x}, weights, opset=14)
         return Case([_node(op, ["x", "shape"])], {"x": x}, {"shape": np.array(target, np.int64)}, opset=14)
     if op == "Flatten":
         return Case([_node(op, ["x"], axis=draw(st.integers(-len(shape), len(shape))))], {"x": x}, opset=13)
@@ -422,17 +428,19 @@ def concat_split(draw) -> Case:
                 {"x": x}, opset=18)
 
 
-def _indices_from_shape(draw, shape, axes, starts, ends, weights) -> list[onnx.NodeProto]:
-    """Nodes computing `starts` and `ends` as Shape(x)[axis] + offset (or the constant) per
-    axis: expressions of the axis's symbolic dim in a symbolic build."""
+def _from_shape(draw, shape, vectors: dict[str, list[tuple[int, int | None]]], weights) -> list[onnx.NodeProto]:
+    """Nodes computing each 1-D int64 tensor of `vectors` (name -> (value, axis) per element),
+    an element either the constant or, where it has an axis, at random Shape(x)[axis] + offset,
+    the same value at these sizes (as torch writes `x.size(1) - k`): an expression of that
+    axis's dim in a symbolic build."""
     nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape")]
-    for name, values in (("starts", starts), ("ends", ends)):
+    for name, entries in vectors.items():
         parts = []
-        for i, (axis, value) in enumerate(zip(axes, values)):
+        for i, (value, axis) in enumerate(entries):
             part = f"{name}{i}"
-            if abs(value) < 2**31 and draw(st.booleans()):
+            if axis is not None and abs(value) < 2**31 and draw(st.booleans()):
                 weights[f"{part}_axis"] = np.array([axis % len(shape)], np.int64)
-                weights[f"{part}_offset"] = np.array([value - shape[axis]], np.int64)  # the same index at this size
+                weights[f"{part}_offset"] = np.array([value - shape[axis]], np.int64)
                 nodes += [helper.make_node("Gather", ["shape", f"{part}_axis"], [f"{part}_dim"], name=f"{part}_dim"),
                           helper.make_node("Add", [f"{part}_dim", f"{part}_offset"], [part], name=part)]
             else:
@@ -459,7 +467,8 @@ def slice_gather(draw) -> Case:
         weights = {"axes": np.array(axes, np.int64), "steps": np.array(steps, np.int64)}
         nodes = [_node("Slice", ["x", "starts", "ends", "axes", "steps"])]
         if draw(st.booleans()):  # as torch writes `x[:, x.size(1) - k:]`: an index from the input's shape
-            nodes = _indices_from_shape(draw, shape, axes, starts, ends, weights) + nodes
+            nodes = _from_shape(draw, shape, {"starts": list(zip(starts, axes)), "ends": list(zip(ends, axes))},
+                                weights) + nodes
         else:
             weights.update(starts=np.array(starts, np.int64), ends=np.array(ends, np.int64))
         # tvm_fuse builds no empty tensors: not one empty for the fed sizes
@@ -496,6 +505,13 @@ def expand_tile(draw) -> Case:
     if draw(st.booleans()):
         target = [draw(st.sampled_from([d, 3])) if d == 1 else d for d in shape]
         target = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 1)))] + target
+        if draw(st.booleans()):  # as torch writes `x.expand(3, x.size(0), -1)`: the input's dims read from its shape
+            lead = len(target) - len(shape)
+            weights = {}
+            nodes = _from_shape(draw, shape, {"target": [(t, i - lead if i >= lead and t == shape[i - lead] else None)
+                                                         for i, t in enumerate(target)]}, weights)
+            return Case(nodes + [_node("Expand", ["x", "target"])], {"x": x}, weights, opset=13,
+                        batch=all(t == 1 or t == shape[0] for t in target[lead:lead + 1]))
         # Expanding to a constant size fixes the input's dims: none is a batch.
         return Case([_node("Expand", ["x", "shape"])], {"x": x}, {"shape": np.array(target, np.int64)}, opset=13,
                     batch=False)
