@@ -243,3 +243,18 @@ def test_a_channel_concat_of_symbolic_channel_counts_stays_in_nchw_and_matches_o
             "b": rng.standard_normal((2, 16, 2, 2)).astype(np.float32)}
     (y,) = tvm_fuse.build(model, "llvm -mcpu=skylake-avx512").run(None, feed)
     np.testing.assert_array_equal(y, ort_outputs(model, feed)[0])
+
+
+def test_a_model_without_convs_is_left_as_it_is_without_a_warning():
+    # ConvertLayout failed on this graph's symbolic output type and warned "runs in NCHW".
+    nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="cut"),
+             helper.make_node("Concat", ["x", "y"], ["z"], name="join", axis=1)]
+    weights = [onnx.numpy_helper.from_array(np.array([v], np.int64), name)
+               for name, v in (("starts", -3), ("ends", 2**62), ("axes", 1))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "w"])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    mod = relax_module(model).mod
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert BlockedLayout(16)(mod).same_as(mod)

@@ -200,6 +200,20 @@ def _nchw_points(mod: tvm.IRModule, block: int, halves_depthwise: bool = True) -
     return kept, borders
 
 
+def _blocks_a_conv(mod: tvm.IRModule, choose) -> bool:
+    """Whether `choose` puts some conv of `mod` in a blocked layout."""
+    found = False
+
+    def visit(expr) -> None:
+        nonlocal found
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
+            found = found or choose(expr) is not _KEEP
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
 def BlockedLayout(block: int, wide: int | None = None) -> tvm.transform.Pass:
     """Conv chains in NCHW{block}c, or in NCHW{wide}c (`pipeline.layout`: a bf16 build's AMX
     convs read 32 channels per tile row) where that leaves no more convs in NCHW and draws no
@@ -213,10 +227,13 @@ def BlockedLayout(block: int, wide: int | None = None) -> tvm.transform.Pass:
         if wide and all(a <= b for a, b in zip(_nchw_points(mod, wide, halves_depthwise=False),
                                                 _nchw_points(mod, block))):
             chosen = wide
+        choose = _layouts(chosen, chosen == block)
+        if not _blocks_a_conv(mod, choose):
+            return mod  # nothing to convert (a transformer): ConvertLayout would only risk failing
         borders = _Borders(mod, chosen)
         bordered = mutate_functions(mod, borders, borders.visit_expr)
         try:
-            return drop_borders(relax.transform.ConvertLayout({}, _layouts(chosen, chosen == block))(bordered))
+            return drop_borders(relax.transform.ConvertLayout({}, choose)(bordered))
         except Exception as error:  # noqa: BLE001 -- a layout rule we have no border for
             cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
             warnings.warn(f"the model runs in NCHW: converting it to NCHW{chosen}c failed ({cause})")
