@@ -19,6 +19,7 @@ from .attributes import text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .recurrent import gru, lstm
 from .slicing import slice_
+from .spectral import stft
 
 
 def _bound(value, default: float) -> float | None:
@@ -252,6 +253,7 @@ CONVERTERS = {
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,
     "Slice": slice_,
+    "STFT": stft,
 }
 # Ops of ONNX Runtime's com.microsoft domain that CONVERTERS convert.
 MICROSOFT_OPS = frozenset({"DynamicQuantizeLSTM"})

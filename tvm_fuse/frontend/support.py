@@ -32,6 +32,7 @@ _BUILD_TIME_INPUTS = {
     "LSTM": (4,),  # sequence_lens
     "DynamicQuantizeLSTM": (4,),
     "GRU": (4,),
+    "STFT": (1, 2, 3),  # frame step, window, frame length
 }
 
 
