@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tvm_fuse
 from tests.compute.test_lrn import lrn_reference
-from tests.conftest import ort_outputs
+from tests.conftest import assert_close, ort_outputs
 from tests.differential.cases import Case
 from tvm_fuse import UnsupportedOpsError
 
@@ -174,3 +174,35 @@ def test_an_lrn_on_an_image_of_symbolic_size_matches_onnxruntime():
     for shape in ((2, 1, 2, 3), (1, 1, 5, 7)):
         feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
         np.testing.assert_allclose(compiled.run(None, feed)[0], ort_outputs(model, feed)[0], rtol=1e-5, atol=1e-6)
+
+
+def _resize_to_shape_of_model(mode: str, coordinates: str):
+    """y = Resize(x, sizes=[x's N, C] + z's H, W) + z: torch's `interpolate(x, size=z.shape[2:])`."""
+    nodes = [helper.make_node("Shape", ["z"], ["hw"], start=2), helper.make_node("Shape", ["x"], ["nc"], end=2),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["r"], name="resize", mode=mode,
+                              coordinate_transformation_mode=coordinates),
+             helper.make_node("Add", ["r", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "h", "w"]),
+                                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 8, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, "H", "W"])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("mode,coordinates", [("linear", "half_pixel"), ("linear", "pytorch_half_pixel"),
+                                              ("cubic", "half_pixel")])
+def test_resize_to_symbolic_sizes_matches_onnx_runtime_at_each_size(mode, coordinates):
+    model = _resize_to_shape_of_model(mode, coordinates)
+    compiled = tvm_fuse.build(model)  # one build, symbolic sizes
+    rng = np.random.default_rng(0)
+    for x, z in [((1, 8, 5, 7), (1, 8, 10, 14)), ((2, 8, 6, 4), (2, 8, 9, 13)), ((1, 8, 12, 12), (1, 8, 5, 3)),
+                 ((1, 8, 1, 1), (1, 8, 4, 5))]:
+        feed = {"x": rng.standard_normal(x).astype(np.float32), "z": rng.standard_normal(z).astype(np.float32)}
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode,coordinates,reason", [("nearest", "half_pixel", "nearest to sizes"),
+                                                     ("linear", "align_corners", "align_corners to sizes")])
+def test_other_resizes_to_symbolic_sizes_are_refused_by_name(mode, coordinates, reason):
+    with pytest.raises(UnsupportedOpsError, match=rf"'resize'.*{reason} computed at run time"):
+        tvm_fuse.build(_resize_to_shape_of_model(mode, coordinates))

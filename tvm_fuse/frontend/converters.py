@@ -186,6 +186,8 @@ def resize(bb, inputs, attrs, opset):
     elif opset >= 11 and len(inputs) > 3 and isinstance(inputs[3], GenericConst):
         out = [int(v) for v in inputs[3].value.numpy().tolist()]
         sizes = _static(x.ty.shape, len(out))
+    elif opset >= 11 and len(inputs) > 3 and inputs[3] is not None:
+        return _resize_to_symbolic_sizes(x, inputs[3], attrs, opset)
     else:
         return None
     mode = text(attrs.get("coordinate_transformation_mode", b"half_pixel"))
@@ -205,6 +207,30 @@ def resize(bb, inputs, attrs, opset):
                          "lie halfway between two input pixels, where TVM's rounded ratio of sizes picks "
                          "either side")
     return None
+
+
+def _resize_to_symbolic_sizes(x, sizes, attrs, opset):
+    """A Resize to `sizes` computed from symbolic dims (torch's `interpolate(x, size=y.shape[2:])`):
+    ONNX's scale is then the ratio of sizes, which is how TVM maps coordinates. Linear and cubic
+    modes of half-pixel coordinates (torch's `align_corners=False`) only: nearest's ties, which
+    that ratio's rounding may break either way, cannot be checked for sizes unknown at build
+    time."""
+    where = "sizes computed at run time (give input_shapes)"
+    if not isinstance(sizes, relax.ShapeExpr) or x.ty.shape is None or len(x.ty.shape) != 4:
+        raise refuse("Resize", attrs, opset, f"{where}, other than a 4-D input's from symbolic dims")
+    mode = text(attrs.get("mode", b"nearest"))
+    if mode == "nearest":
+        raise refuse("Resize", attrs, opset, f"nearest to {where}: ONNX's ties cannot be checked")
+    analyzer = tvm.sym.Analyzer()
+    if not all(analyzer.can_prove_equal(a, b) for a, b in zip(list(sizes.values)[:2], list(x.ty.shape)[:2])):
+        raise refuse("Resize", attrs, opset, f"{where} of the batch or channel axes")
+    coordinates = text(attrs.get("coordinate_transformation_mode", b"half_pixel"))
+    if coordinates not in ("half_pixel", "pytorch_half_pixel"):  # TVM fails to compile the others' kernels
+        raise refuse("Resize", attrs, opset, f"{coordinates} to {where}")
+    return relax.op.image.resize2d(
+        x, size=relax.ShapeExpr(list(sizes.values)[2:]), layout="NCHW", method=mode,
+        coordinate_transformation_mode=coordinates, cubic_alpha=float(attrs.get("cubic_coeff_a", -0.75)),
+        cubic_exclude=int(attrs.get("exclude_outside", 0)))
 
 
 def _tied_axis(mode: str, rounding: str, sizes: list, out: list) -> int | None:
