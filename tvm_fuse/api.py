@@ -18,7 +18,7 @@ from .compiled_model import CompiledModel
 from .errors import CompileError, TvmFuseError
 from .explain import count_kernel_calls, count_tuned_kernels, fusion_report
 from .frontend import relax_module
-from .frontend.importer import graph_inputs, relax_outputs
+from .frontend.importer import relax_outputs
 from .frontend.support import nodes_named_in
 from .patterns.switches import disabled_families
 from .pipeline import compile_weights_apart, lowered, optimize
@@ -173,7 +173,7 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         raise CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model)) from error
     return CompiledModel(
         executable,
-        graph_inputs(onnx_model),
+        imported.inputs,
         relax_outputs(mod, onnx_model),
         target_string(tvm_target),
         isa_features(tvm_target),

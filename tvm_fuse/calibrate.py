@@ -55,7 +55,7 @@ def quantize(model, calibration, target=None, *, method: str = "entropy", exclud
 
 def calibrate(model, config: QuantConfig, target=None, input_shapes=None) -> CalibrationTable:
     tvm_target = parse_target(target)
-    onnx_model, mod, _ = relax_module(model, input_shapes)
+    onnx_model, mod, *_ = relax_module(model, input_shapes)
     exposed: list[str] = []
     try:
         mod = optimize(mod, tvm_target, int8=ExposeTensors(onnx_model, config.exclude, exposed))

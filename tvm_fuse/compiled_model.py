@@ -256,8 +256,10 @@ class CompiledModel:
 
 
 def _info_to_json(info: TensorInfo) -> dict:
-    return {"name": info.name, "shape": list(info.shape), "dtype": info.dtype, "index_limit": info.index_limit}
+    return {"name": info.name, "shape": list(info.shape), "dtype": info.dtype, "index_limit": info.index_limit,
+            "dim_limits": [list(limit) for limit in info.dim_limits]}
 
 
 def _info_from_json(data: dict) -> TensorInfo:
-    return TensorInfo(data["name"], tuple(data["shape"]), data["dtype"], data.get("index_limit"))
+    return TensorInfo(data["name"], tuple(data["shape"]), data["dtype"], data.get("index_limit"),
+                      tuple(tuple(limit) for limit in data.get("dim_limits", [])))

@@ -69,6 +69,11 @@ def check_feed(inputs: list[TensorInfo], feed) -> list[np.ndarray]:
                 raise InputError(f"input {info.name!r} is empty at axis {axis} ({want})")
             else:
                 bound.setdefault(want, (have, info.name))
+        for dim, largest, node in info.dim_limits:
+            have = value.shape[info.shape.index(dim)]
+            if have > largest:
+                raise InputError(f"input {info.name!r} has {dim}={have}, but the model's node {node!r} reads at most "
+                                 f"{largest} along it (a table of {largest} rows): {dim} must be at most {largest}")
         limit = info.index_limit
         if limit is not None and value.size and (value.min() < -limit or value.max() >= limit):
             raise InputError(

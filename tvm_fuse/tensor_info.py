@@ -19,6 +19,9 @@ class TensorInfo:
     # For integer inputs that index a constant table (token ids into an embedding): the table's
     # length n; values must lie in [-n, n), since compiled gathers do not check bounds.
     index_limit: int | None = None
+    # Symbolic dim name -> the largest size the build assumed it takes (a table of positions
+    # sliced to the sequence's length), with the node that assumed it.
+    dim_limits: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def type(self) -> str:

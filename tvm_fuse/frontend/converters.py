@@ -15,7 +15,7 @@ from tvm.ir.expr import GenericConst
 from ..compute.lrn import local_response_norm
 from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
-from .attributes import text
+from .attributes import node_name, text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .recurrent import gru, lstm
 from .slicing import slice_
@@ -148,11 +148,6 @@ def pad(bb, inputs, attrs, opset):
     rank = x.ty.ndim
     widths = [int(w) for axis in range(rank) for w in (pads[axis], pads[rank + axis])]
     return relax.op.nn.pad(x, widths, "constant", float(value))
-
-
-def node_name(attrs: dict) -> str:
-    """The name of the node being converted, from the attributes TVM's importer passes."""
-    return attrs.get("tvm_custom", {}).get("name", "?")
 
 
 def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError:

@@ -158,8 +158,11 @@ def _bound_call(bb, expr, op: str) -> relax.Call | None:
 
 def cast(bb, inputs, attrs, opset):
     """A Cast to float32 of ConvInteger's or MatMulInteger's int32 product as the float32 product
-    it was computed as: no round trip through int32 between the kernel and its epilogue."""
+    it was computed as: no round trip through int32 between the kernel and its epilogue. A Cast
+    of a shape to int64 (torch's `size=y.shape[2:]`) as the shape."""
     x = inputs[0]
+    if isinstance(x, relax.ShapeExpr) and int(attrs.get("to", 0)) == onnx.TensorProto.INT64:
+        return x  # int64 already: as a tensor (TVM's converter), Concat and Resize could not read it
     if int(attrs.get("to", 0)) != onnx.TensorProto.FLOAT or not isinstance(x, relax.Var):
         return None
     source = _bound_call(bb, x, "relax.astype")

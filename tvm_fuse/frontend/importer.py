@@ -24,9 +24,10 @@ from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
 from ..tensor_info import MAX_ELEMENTS, TensorInfo
+from .attributes import node_name
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
-from .converters import CONVERTERS, node_name, refuse
+from .converters import CONVERTERS, refuse
 from .fixups import apply_fixups
 from .shape_arithmetic import folded
 from .slicing import dims_in_range
@@ -54,15 +55,23 @@ def _index_limits(graph: onnx.GraphProto) -> dict[str, int]:
     return limits
 
 
-def graph_inputs(model: onnx.ModelProto) -> list[TensorInfo]:
-    """The inputs a caller feeds; initializers listed as inputs (IR version 3) are weights."""
+def graph_inputs(model: onnx.ModelProto, dim_limits=()) -> list[TensorInfo]:
+    """The inputs a caller feeds; initializers listed as inputs (IR version 3) are weights.
+    `dim_limits`: (symbolic dim, its largest size, the node that assumed it), from the import
+    (`slicing.assumed_limits`), each on the inputs that have that dim, the smallest kept."""
     weights = {t.name for t in model.graph.initializer}
     limits = _index_limits(model.graph)
-    return [
-        TensorInfo(v.name, _dims(v), _dtype(v), limits.get(v.name))
-        for v in model.graph.input
-        if v.name not in weights
-    ]
+    smallest: dict[str, tuple[str, int, str]] = {}
+    for dim, largest, node in dim_limits:
+        if dim not in smallest or largest < smallest[dim][1]:
+            smallest[dim] = (dim, largest, node)
+    infos = []
+    for v in model.graph.input:
+        if v.name not in weights:
+            dims = _dims(v)
+            infos.append(TensorInfo(v.name, dims, _dtype(v), limits.get(v.name),
+                                    tuple(smallest[d] for d in dict.fromkeys(dims) if d in smallest)))
+    return infos
 
 
 def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
@@ -123,6 +132,26 @@ def _never_positive(dim: tvm.tirx.PrimExpr) -> bool:
     dim as -1, or as an expression of them that is)."""
     with dims_in_range([dim]) as analyzer:
         return analyzer.can_prove(dim <= 0)
+
+
+# Ops whose inputs ONNX types alike: a float scalar the import computed from shapes (a prim
+# value, float64 where TVM's converters did arithmetic on it: torch's `/ head_dim ** 0.5` over a
+# symbolic shape) takes the dtype of the op's float tensor, and a constant one becomes a tensor.
+_SAME_TYPED_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min", "Mean", "Sum", "Where", "Equal", "Less",
+                             "Greater", "LessOrEqual", "GreaterOrEqual", "Mod"})
+
+
+def _prims_as_tensors_dtype(inputs: list) -> None:
+    dtypes = {str(x.ty.dtype) for x in inputs if isinstance(getattr(x, "ty", None), relax.TensorType)
+              and str(x.ty.dtype).startswith("float")}
+    if len(dtypes) != 1:
+        return
+    dtype, = dtypes
+    for i, x in enumerate(inputs):
+        if isinstance(x, tvm.tirx.FloatImm):  # a constant: a scalar tensor, as the passes read operands
+            inputs[i] = relax.const(np.array(x.value, dtype))
+        elif tvm.ir.is_prim_expr(x) and str(x.ty).startswith("float") and str(x.ty) != dtype:
+            inputs[i] = x.astype(dtype)
 
 
 class _NodeBuilder:
@@ -208,7 +237,7 @@ class _NamingImporter(ONNXGraphImporter):
     def _static_shapes_hint(self, error: Exception) -> str:
         """What to do when a node needs as a shape a tensor computed from symbolic input dims."""
         symbolic = {i.name: i.shape for i in graph_inputs(self._model) if any(isinstance(d, str) for d in i.shape)}
-        if not symbolic or "Shape" not in str(error):
+        if not symbolic or not any(word in str(error) for word in ("Shape", "Dynamic", "computed at run time")):
             return ""
         named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
         return (f". Its shape is computed at run time from the inputs' symbolic dims ({named}): "
@@ -325,6 +354,8 @@ class _NamingImporter(ONNXGraphImporter):
         if self._current_node is not None:
             self.bb = _NodeBuilder(builder, provenance.tag(self._current_node))
         try:
+            if op_name in _SAME_TYPED_OPS:
+                _prims_as_tensors_dtype(inputs)
             converted = folded(self._current_node_proto, inputs, opset) if self._current_node_proto else None
             ours = CONVERTERS.get(op_name)
             if converted is None and ours:

@@ -12,6 +12,7 @@ them there."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 
 import tvm
 from tvm import relax, tirx
@@ -19,6 +20,24 @@ from tvm.ir.expr import GenericConst
 from tvm.sym import Analyzer
 
 from ..tensor_info import MAX_ELEMENTS
+from .attributes import node_name
+
+# (symbolic dim, its largest size, the node) that the slices of an import assumed: `assumed_limits`.
+_ASSUMED: contextvars.ContextVar[list | None] = contextvars.ContextVar("assumed_dim_limits", default=None)
+
+
+@contextlib.contextmanager
+def assumed_limits():
+    """A list that collects, while the context lasts, each symbolic dim's largest size that a
+    slice assumed: its index is `dim + c` into an axis of a constant size the build cannot
+    compare it with (torch's `positions[:, :seq]` of a table of 512), which the slice takes as
+    within the axis, keeping the result's length `seq`, so that the run checks the feed instead."""
+    found: list = []
+    token = _ASSUMED.set(found)
+    try:
+        yield found
+    finally:
+        _ASSUMED.reset(token)
 
 
 def slice_(bb, inputs, attrs, opset):
@@ -48,10 +67,26 @@ def slice_(bb, inputs, attrs, opset):
             first, last = _within(analyzer, start, dim), _within(analyzer, stop, dim)
             if not isinstance(step, int) or step <= 0 or first is None or last is None:
                 return _at_run_time(bb, data, axes, starts, ends, steps)
+            first, last = (_assumed(index, dim, attrs) for index in (first, last))
             begin.append(first)
             end.append(last if analyzer.can_prove(last >= first) else tirx.max(last, first))  # else: empty
     return relax.op.strided_slice(data, axes, [relax.prim_value(b) for b in begin],
                                   [relax.prim_value(e) for e in end], steps, assume_inbound=True)
+
+
+def _assumed(index, dim, attrs):
+    """`index`, clamped to `dim` as `_within` left it, or unclamped where it is a symbolic dim
+    plus a constant and `dim` a constant: the limit it assumes goes to `assumed_limits`."""
+    if not isinstance(index, tirx.Min) or not isinstance(dim, tirx.IntImm) or _ASSUMED.get() is None:
+        return index
+    unclamped = index.a
+    var, offset = (unclamped, 0) if isinstance(unclamped, tirx.Var) else (None, 0)
+    if isinstance(unclamped, tirx.Add) and isinstance(unclamped.a, tirx.Var) and isinstance(unclamped.b, tirx.IntImm):
+        var, offset = unclamped.a, int(unclamped.b)
+    if var is None:
+        return index
+    _ASSUMED.get().append((var.name, int(dim) - offset, node_name(attrs)))
+    return unclamped
 
 
 def _index_list(value) -> list | None:
