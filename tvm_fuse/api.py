@@ -24,6 +24,7 @@ from .patterns.switches import disabled_families
 from .pipeline import compile_weights_apart, lowered, optimize
 from .quantization.config import QuantConfig
 from .target import isa_features, parse_target, target_string, vector_lanes, without_amx
+from .tensor_info import symbolic_dims_hint
 from .threads import set_num_threads
 from .transform.realize.bf16 import bf16_pass
 from .transform.realize.int8 import realize_int8
@@ -170,7 +171,8 @@ def _compile(imported, tvm_target: tvm.target.Target, disabled, tuning: TuningDa
         raise
     except Exception as error:
         brief = target_string(tvm_target, brief=True)
-        raise CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model)) from error
+        failed = CompileError.of(error, "compiling", brief, nodes_named_in(str(error), onnx_model))
+        raise CompileError(f"{failed}{symbolic_dims_hint(imported.inputs)}") from error
     return CompiledModel(
         executable,
         imported.inputs,

@@ -30,3 +30,13 @@ class TensorInfo:
 
         onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(self.dtype))
         return f"tensor({onnx.TensorProto.DataType.Name(onnx_type).lower()})"
+
+
+def symbolic_dims_hint(inputs: list[TensorInfo]) -> str:
+    """For an error building a model: that fixing its symbolic dims may avoid it ("" if none)."""
+    symbolic = {i.name: i.shape for i in inputs if any(isinstance(d, str) for d in i.shape)}
+    if not symbolic:
+        return ""
+    named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
+    return (f". The model's inputs have symbolic dims ({named}): building with input_shapes={{name: shape}} "
+            "fixes them, which may avoid this")

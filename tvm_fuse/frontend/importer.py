@@ -23,7 +23,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
-from ..tensor_info import MAX_ELEMENTS, TensorInfo
+from ..tensor_info import MAX_ELEMENTS, TensorInfo, symbolic_dims_hint
 from .attributes import node_name
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
@@ -235,9 +235,12 @@ class _NamingImporter(ONNXGraphImporter):
         self._branch_calls: dict[bytes, relax.Call] = {}  # graph_key -> the call that runs it
 
     def _static_shapes_hint(self, error: Exception) -> str:
-        """What to do when a node needs as a shape a tensor computed from symbolic input dims."""
-        symbolic = {i.name: i.shape for i in graph_inputs(self._model) if any(isinstance(d, str) for d in i.shape)}
-        if not symbolic or not any(word in str(error) for word in ("Shape", "Dynamic", "computed at run time")):
+        """What to do when a node fails on symbolic input dims (needs as a shape a tensor computed from them)."""
+        inputs = graph_inputs(self._model)
+        if not any(word in str(error) for word in ("Shape", "Dynamic", "computed at run time")):
+            return symbolic_dims_hint(inputs)
+        symbolic = {i.name: i.shape for i in inputs if any(isinstance(d, str) for d in i.shape)}
+        if not symbolic:
             return ""
         named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
         return (f". Its shape is computed at run time from the inputs' symbolic dims ({named}): "
