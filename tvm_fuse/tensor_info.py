@@ -32,11 +32,13 @@ class TensorInfo:
         return f"tensor({onnx.TensorProto.DataType.Name(onnx_type).lower()})"
 
 
+def symbolic_dims(inputs: list[TensorInfo]) -> str:
+    """The inputs with symbolic dims and their shapes, as an error names them ("" if none)."""
+    return ", ".join(f"{i.name!r}: {i.shape}" for i in inputs if any(isinstance(d, str) for d in i.shape))
+
+
 def symbolic_dims_hint(inputs: list[TensorInfo]) -> str:
     """For an error building a model: that fixing its symbolic dims may avoid it ("" if none)."""
-    symbolic = {i.name: i.shape for i in inputs if any(isinstance(d, str) for d in i.shape)}
-    if not symbolic:
-        return ""
-    named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
+    named = symbolic_dims(inputs)
     return (f". The model's inputs have symbolic dims ({named}): building with input_shapes={{name: shape}} "
-            "fixes them, which may avoid this")
+            "fixes them, which may avoid this") if named else ""

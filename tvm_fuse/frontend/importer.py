@@ -23,7 +23,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 from .. import provenance
 from ..errors import CompileError, InputError, UnsupportedOpsError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
-from ..tensor_info import MAX_ELEMENTS, TensorInfo, symbolic_dims_hint
+from ..tensor_info import MAX_ELEMENTS, TensorInfo, symbolic_dims, symbolic_dims_hint
 from .attributes import node_name
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
@@ -237,12 +237,9 @@ class _NamingImporter(ONNXGraphImporter):
     def _static_shapes_hint(self, error: Exception) -> str:
         """What to do when a node fails on symbolic input dims (needs as a shape a tensor computed from them)."""
         inputs = graph_inputs(self._model)
-        if not any(word in str(error) for word in ("Shape", "Dynamic", "computed at run time")):
+        named = symbolic_dims(inputs)
+        if not named or not any(word in str(error) for word in ("Shape", "Dynamic", "computed at run time")):
             return symbolic_dims_hint(inputs)
-        symbolic = {i.name: i.shape for i in inputs if any(isinstance(d, str) for d in i.shape)}
-        if not symbolic:
-            return ""
-        named = ", ".join(f"{name!r}: {shape}" for name, shape in symbolic.items())
         return (f". Its shape is computed at run time from the inputs' symbolic dims ({named}): "
                 f"give them the sizes you will feed with build(..., input_shapes={{name: shape}})")
 

@@ -7,7 +7,10 @@ took 17 columns of a 7-column input, and an end of INT64_MAX typed the result wi
 2^63. Here each start and end is brought into [0, dim] as ONNX says, on the build's
 expressions, before the slice; a step other than a positive constant, or an index whose sign
 the build cannot tell, is sliced at run time (`dynamic_strided_slice`), which canonicalizes
-them there."""
+them there. A symbolic length into a table of constant size (BERT's position ids sliced to the
+sequence) is the one index assumed within its axis, unclamped, so that the result keeps the
+length the model's other tensors have; the import records the assumption (`assumed_limits`)
+and the run checks the feed against it (`TensorInfo.dim_limits`)."""
 
 from __future__ import annotations
 
@@ -143,7 +146,7 @@ def _at_run_time(bb, data, axes, starts, ends, steps):
     begin, end, stride = [0] * len(shape), list(shape), [1] * len(shape)
     for axis, start, stop, step in zip(axes, starts, ends, steps):
         begin[axis], end[axis], stride[axis] = start, stop, step
-    tensors = [bb.normalize(relax.op.concat([_as_tensor(bb, i) for i in values])) for values in (begin, end, stride)]
+    tensors = [bb.normalize(relax.op.concat([_as_tensor(i) for i in values])) for values in (begin, end, stride)]
     sliced = bb.emit(relax.op.dynamic_strided_slice(data, *tensors))
     dims = [tirx.Var(f"sliced{axis}", "int64") if axis in axes else dim for axis, dim in enumerate(shape)]
     return bb.match_cast(sliced, relax.TensorType(dims, data.ty.dtype))
@@ -153,7 +156,7 @@ def _is_tensor(index) -> bool:
     return not isinstance(index, int) and not tvm.ir.is_prim_expr(index)
 
 
-def _as_tensor(bb, value) -> relax.Expr:
+def _as_tensor(value) -> relax.Expr:
     """An index (int, symbolic expression or 1-element tensor) as a 1-element int64 tensor."""
     if _is_tensor(value):
         return relax.op.astype(value, "int64")
