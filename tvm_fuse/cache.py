@@ -6,12 +6,12 @@ its code, so that building the same model with the same options again loads it i
 The key is a SHA-256 over the model's bytes (its external data included), the target, every
 build option, the tuning records the build reads, the switches in the environment that change
 code, the tvm_fuse and TVM versions, and the bytes of tvm_fuse's own code (so that a changed
-checkout or an upgrade that kept the version number never loads what the old code built). An entry is a folder named by its key, holding the
-exported model (`artifact.export`) and `entry.json`, which says what was built. It is written
-under a temporary name and renamed into place: a reader sees a whole entry or none, and of two
-processes building one model at once, the second to finish finds the entry there and drops its
-own. An entry that does not load (truncated, corrupt, its hashes not matching) is removed and
-rebuilt with a warning, never run.
+checkout or an upgrade that kept the version number never loads what the old code built). An
+entry is a folder named by its key, holding the exported model (`artifact.export`) and
+`entry.json`, which says what was built. It is written under a temporary name and renamed into
+place: a reader sees a whole entry or none, and of two processes building one model at once,
+the second to finish finds the entry there and drops its own. An entry that does not load
+(truncated, corrupt, its hashes not matching) is removed and rebuilt with a warning, never run.
 """
 
 from __future__ import annotations

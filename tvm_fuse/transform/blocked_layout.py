@@ -208,6 +208,7 @@ def _blocks_a_conv(mod: tvm.IRModule, choose) -> bool:
         nonlocal found
         if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == "relax.nn.conv2d":
             found = found or choose(expr) is not _KEEP
+
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
