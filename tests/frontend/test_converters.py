@@ -206,3 +206,36 @@ def test_resize_to_symbolic_sizes_matches_onnx_runtime_at_each_size(mode, coordi
 def test_other_resizes_to_symbolic_sizes_are_refused_by_name(mode, coordinates, reason):
     with pytest.raises(UnsupportedOpsError, match=rf"'resize'.*{reason} computed at run time"):
         tvm_fuse.build(_resize_to_shape_of_model(mode, coordinates))
+
+
+def _max_pool_model(kernel: int, stride: int, mode: str):
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[kernel, kernel], strides=[stride, stride],
+                            auto_pad=mode)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
+
+
+@pytest.mark.parametrize("kernel,stride,mode", [(2, 1, "SAME_UPPER"), (3, 1, "SAME_LOWER"), (2, 2, "SAME_UPPER")])
+def test_same_max_pool_over_symbolic_sizes_matches_onnx_runtime_at_each_size(kernel, stride, mode):
+    model = _max_pool_model(kernel, stride, mode)
+    compiled = tvm_fuse.build(model)  # TVM's converter computed the padding in ints and failed
+    for shape in [(1, 4, 7, 9), (2, 4, 8, 6), (1, 4, 1, 5)]:
+        feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=0)
+
+
+@pytest.mark.parametrize("kernel,stride,mode", [(3, 2, "SAME_UPPER"), (3, 3, "SAME_UPPER"), (2, 2, "SAME_LOWER")])
+def test_same_max_pool_whose_padding_depends_on_the_size_is_refused_by_name(kernel, stride, mode):
+    with pytest.raises(UnsupportedOpsError, match=rf"'pool'.*{mode} padding over symbolic sizes"):
+        tvm_fuse.build(_max_pool_model(kernel, stride, mode))
+
+
+@pytest.mark.parametrize("kernel,stride,mode", [(3, 2, "SAME_UPPER"), (3, 2, "SAME_LOWER"), (2, 2, "SAME_UPPER")])
+def test_same_max_pool_of_a_symbolic_batch_matches_onnx_runtime(kernel, stride, mode):
+    model = _max_pool_model(kernel, stride, mode)
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 7, 10]))
+    compiled = tvm_fuse.build(model)
+    for batch in (1, 3):
+        feed = {"x": np.random.default_rng(batch).standard_normal((batch, 4, 7, 10)).astype(np.float32)}
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol=0)

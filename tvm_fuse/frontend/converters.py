@@ -155,6 +155,40 @@ def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError
     return UnsupportedOpsError([UnsupportedNode(op, node_name(attrs), "", opset, reason)])
 
 
+def max_pool_same(bb, inputs, attrs, opset):
+    """A 2-D MaxPool of `auto_pad` SAME with a symbolic dim (TVM's converter computes its padding
+    in ints, and fails): over static sizes (a symbolic batch), ONNX's padding of them; over
+    symbolic sizes, where the padding does not depend on the size: a stride of 1 pads kernel - 1
+    (the odd one after for SAME_UPPER, before for SAME_LOWER); SAME_UPPER of a kernel of 2 as
+    long as its stride pads at most one, after the last window, which is pooling with `ceil_mode`
+    (the padding is -inf to a max). Other padding depends on the size's remainder, which a build
+    for every size cannot fix."""
+    x = inputs[0]
+    mode = text(attrs.get("auto_pad", b"NOTSET"))
+    if mode not in ("SAME_UPPER", "SAME_LOWER") or x.ty.shape is None or len(x.ty.shape) != 4 \
+            or all(isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape) or len(inputs) > 1:
+        return None
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    strides = [int(s) for s in attrs.get("strides", [1, 1])]
+    if any(int(d) != 1 for d in attrs.get("dilations", [1, 1])) or int(attrs.get("storage_order", 0)):
+        return None
+    sizes = _static(list(x.ty.shape)[2:], 2)
+    if None not in sizes:  # only the batch or channels symbolic: ONNX's padding of these sizes
+        totals = [max((-(-n // s) - 1) * s + k - n, 0) for n, k, s in zip(sizes, kernel, strides)]
+        small, large = [t // 2 for t in totals], [t - t // 2 for t in totals]
+        before, after = (small, large) if mode == "SAME_UPPER" else (large, small)
+        return relax.op.nn.max_pool2d(x, kernel, strides, [*before, *after])
+    if all(s == 1 for s in strides):
+        small = [(k - 1) // 2 for k in kernel]
+        large = [k - 1 - p for k, p in zip(kernel, small)]
+        before, after = (small, large) if mode == "SAME_UPPER" else (large, small)
+        return relax.op.nn.max_pool2d(x, kernel, strides, [*before, *after])
+    if kernel == strides and max(kernel) <= 2 and mode == "SAME_UPPER":  # pads 0 or 1, all after
+        return relax.op.nn.max_pool2d(x, kernel, strides, [0, 0, 0, 0], ceil_mode=True)
+    raise refuse("MaxPool", attrs, opset, f"{mode} padding over symbolic sizes, which depends on each size's "
+                 "remainder by the stride (give input_shapes)")
+
+
 def _static(dims, rank: int) -> list[int | None]:
     """Each of `rank` dims, None where it is symbolic or the shape is unknown."""
     return [None] * rank if dims is None else [int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in dims]
@@ -268,6 +302,7 @@ CONVERTERS = {
     "LRN": lrn,
     "LSTM": lstm,
     "MatMulInteger": matmul_integer,
+    "MaxPool": max_pool_same,
     "Pad": pad,
     "PRelu": prelu,
     "Resize": resize,
