@@ -74,11 +74,11 @@ def canonicalize(target: tvm.target.Target, disabled: Collection[str]) -> list[t
     + bias, a transposed conv whose kernel is its stride as a 1x1 conv, a 3-D conv one frame
     deep as a 2-D conv of each frame, batch-norm folded into the layer before it (unless
     `conv_bn` / `fc_bn` are off), clip as maximum / minimum, leaky ReLU and PRelu as a maximum
-    and constants at their tensor's rank (all so layout conversion can follow), a 1-D conv with an output row shorter than a vector (or strided or grouped over
-    enough channels) as a dense layer over its input windows (one output over its whole input:
-    over the input itself), a transpose undone after
-    elementwise ops gone, a layer norm written out op by op as one, and an attention block's Q,
-    K and V projections as one dense layer (unless `attention` is off)."""
+    and constants at their tensor's rank (all so layout conversion can follow), a 1-D conv with
+    an output row shorter than a vector (or strided or grouped over enough channels) as a dense
+    layer over its input windows (one output over its whole input: over the input itself), a
+    transpose undone after elementwise ops gone, a layer norm written out op by op as one, and
+    an attention block's Q, K and V projections as one dense layer (unless `attention` is off)."""
     fold_into = [family for family in ("conv", "fc") if f"{family}_bn" not in disabled]
     return [
         DataflowAroundIfs(),

@@ -17,6 +17,7 @@ from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import node_name, text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
+from .fixups import same_pads
 from .recurrent import gru, lstm
 from .slicing import slice_
 from .spectral import stft
@@ -174,15 +175,9 @@ def max_pool_same(bb, inputs, attrs, opset):
         return None
     sizes = _static(list(x.ty.shape)[2:], 2)
     if None not in sizes:  # only the batch or channels symbolic: ONNX's padding of these sizes
-        totals = [max((-(-n // s) - 1) * s + k - n, 0) for n, k, s in zip(sizes, kernel, strides)]
-        small, large = [t // 2 for t in totals], [t - t // 2 for t in totals]
-        before, after = (small, large) if mode == "SAME_UPPER" else (large, small)
-        return relax.op.nn.max_pool2d(x, kernel, strides, [*before, *after])
-    if all(s == 1 for s in strides):
-        small = [(k - 1) // 2 for k in kernel]
-        large = [k - 1 - p for k, p in zip(kernel, small)]
-        before, after = (small, large) if mode == "SAME_UPPER" else (large, small)
-        return relax.op.nn.max_pool2d(x, kernel, strides, [*before, *after])
+        return relax.op.nn.max_pool2d(x, kernel, strides, same_pads(sizes, kernel, strides, [1, 1], mode))
+    if all(s == 1 for s in strides):  # pads kernel - 1 whatever the size: that of a size of 1
+        return relax.op.nn.max_pool2d(x, kernel, strides, same_pads([1, 1], kernel, strides, [1, 1], mode))
     if kernel == strides and max(kernel) <= 2 and mode == "SAME_UPPER":  # pads 0 or 1, all after
         return relax.op.nn.max_pool2d(x, kernel, strides, [0, 0, 0, 0], ceil_mode=True)
     raise refuse("MaxPool", attrs, opset, f"{mode} padding over symbolic sizes, which depends on each size's "

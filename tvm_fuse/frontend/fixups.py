@@ -260,8 +260,7 @@ def _fold_once(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def explicit_same_padding(model: onnx.ModelProto) -> onnx.ModelProto:
     """Conv with `auto_pad` SAME_UPPER / SAME_LOWER over a static input -> the same Conv with
-    explicit `pads` (ONNX's formula: the total pad that keeps ceil(input / stride) outputs, the
-    odd one after the rest for SAME_UPPER, before it for SAME_LOWER)."""
+    explicit `pads` (ONNX's formula, `same_pads`)."""
     shapes = None
 
     def rewrite(node):
@@ -278,20 +277,27 @@ def explicit_same_padding(model: onnx.ModelProto) -> onnx.ModelProto:
         kernel = list(attributes["kernel_shape"].ints)
         strides = list(attributes["strides"].ints) if "strides" in attributes else [1] * spatial
         dilations = list(attributes["dilations"].ints) if "dilations" in attributes else [1] * spatial
-        before, after = [], []
-        for size, k, s, d in zip(data[2:], kernel, strides, dilations):
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small, large = total // 2, total - total // 2
-            before.append(small if mode == "SAME_UPPER" else large)
-            after.append(large if mode == "SAME_UPPER" else small)
         fixed = onnx.NodeProto()
         fixed.CopyFrom(node)
         del fixed.attribute[:]
         fixed.attribute.extend([a for a in node.attribute if a.name not in ("auto_pad", "pads")])
-        fixed.attribute.append(helper.make_attribute("pads", before + after))
+        fixed.attribute.append(helper.make_attribute("pads", same_pads(data[2:], kernel, strides, dilations, mode)))
         return [fixed]
 
     return _replace_nodes(model, rewrite)
+
+
+def same_pads(sizes, kernel, strides, dilations, mode: str) -> list[int]:
+    """ONNX's `pads` (all befores, then all afters) for `auto_pad` `mode` (SAME_UPPER or
+    SAME_LOWER) over spatial `sizes`: the total that keeps ceil(size / stride) outputs, the odd
+    one after the rest for SAME_UPPER, before it for SAME_LOWER."""
+    before, after = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        before.append(small if mode == "SAME_UPPER" else large)
+        after.append(large if mode == "SAME_UPPER" else small)
+    return before + after
 
 
 def drop_empty_concat_inputs(model: onnx.ModelProto) -> onnx.ModelProto:

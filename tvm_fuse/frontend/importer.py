@@ -106,9 +106,6 @@ def set_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]])
     return rebatch(fixed, batches) if batches else fixed
 
 
-# The most elements a tensor may have: TVM's kernels index buffers with 32-bit integers.
-
-
 def check_input_sizes(model: onnx.ModelProto) -> None:
     """Refuse, naming the input and axis, static input shapes no run could serve: a size of 0
     (an empty tensor, which ops that need a size cannot take) or more than `MAX_ELEMENTS`

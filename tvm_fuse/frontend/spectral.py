@@ -41,4 +41,5 @@ def stft(bb, inputs, attrs, opset):
 def _constant(value, name: str) -> np.ndarray:
     if not isinstance(value, GenericConst):
         raise ValueError(f"STFT needs its {name} known at build time")
-    return value.value.numpy().reshape(-1) if value.value.numpy().ndim else value.value.numpy()
+    array = value.value.numpy()
+    return array.reshape(-1) if array.ndim else array

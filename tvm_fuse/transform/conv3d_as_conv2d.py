@@ -19,8 +19,8 @@ def Conv3dAsConv2d() -> tvm.transform.Pass:
 
 
 def _plan(func: relax.Function) -> dict[relax.Var, relax.Expr]:
-    values = dict(relax.analysis.get_var2val(func).items())
-    return {var: rewritten for var, value in values.items() if (rewritten := _as_conv2d(value)) is not None}
+    return {var: rewritten for var, value in relax.analysis.get_var2val(func).items()
+            if (rewritten := _as_conv2d(value)) is not None}
 
 
 def _as_conv2d(call) -> relax.Expr | None:
