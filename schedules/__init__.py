@@ -56,7 +56,7 @@ from . import (
     winograd_nchwc,
     winograd_nchwc_bf16,
 )
-from .common import anchor_block
+from .common import UnboundedTileError, anchor_block, check_tiles_bounded
 
 
 class Rule(NamedTuple):
@@ -117,6 +117,7 @@ def apply(func: tvm.tirx.PrimFunc, vector_lanes: int, knobs: dict | None = None)
     if knobs is not None:
         try:
             rule.schedule(sch, block, vector_lanes, rule.knobs(**knobs))
+            check_tiles_bounded(sch.mod["main"])
             return sch.mod["main"].with_attr(KNOBS_ATTR, "tuned")
         except (TypeError, ValueError, s_tir.ScheduleError, tvm.error.InternalError) as error:
             warnings.warn(f"tuned knobs {knobs} do not fit this {name} kernel, using the default: {error}")
@@ -124,7 +125,8 @@ def apply(func: tvm.tirx.PrimFunc, vector_lanes: int, knobs: dict | None = None)
             block, _ = anchor_block(sch)
     try:
         rule.schedule(sch, block, vector_lanes)
-    except (s_tir.ScheduleError, tvm.error.InternalError) as error:
+        check_tiles_bounded(sch.mod["main"])
+    except (s_tir.ScheduleError, tvm.error.InternalError, UnboundedTileError) as error:
         # Still correct, only slow: say so rather than fail the build.
         warnings.warn(f"schedule {name} does not apply to this kernel, left unscheduled: {error}")
         return func

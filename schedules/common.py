@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
@@ -81,6 +82,35 @@ def store_tile(sch: s_tir.Schedule, write_back, epilogue, tile_loop, lanes: int,
             sch.unroll(loop)
 
 
+class UnboundedTileError(ValueError):
+    """A schedule left a `local` buffer (a register tile) of symbolic size."""
+
+
+# TVM's first lowering steps, which size each buffer to the region its accesses cover.
+_COMPACT = tvm.transform.Sequential([s_tir.transform.LowerInitBlock(),
+                                     s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+                                     s_tir.transform.ConvertBlocksToOpaque(),
+                                     s_tir.transform.CompactBufferAllocation(),
+                                     s_tir.transform.LowerOpaqueBlock()])
+
+
+def check_tiles_bounded(func: tirx.PrimFunc) -> None:
+    """Raise `UnboundedTileError` if a `local` buffer of the scheduled `func`, once TVM sizes
+    it to the region it holds, has a symbolic shape: a register tile whose bounds TVM's region
+    analysis lost, then sized as the whole output and stored through guards that no longer
+    hold (out of bounds)."""
+    unbounded = []
+
+    def visit(alloc: tirx.AllocBuffer) -> None:
+        buffer = alloc.buffer
+        if buffer.scope() == "local" and not all(isinstance(extent, tirx.IntImm) for extent in buffer.shape):
+            unbounded.append(buffer.name)
+
+    tvm_ffi.structural_walk(_COMPACT(tvm.IRModule({"main": func}))["main"].body, (tirx.AllocBuffer, visit))
+    if unbounded:
+        raise UnboundedTileError(f"local buffers of symbolic size: {', '.join(unbounded)}")
+
+
 def divides(factor: int, extent) -> bool:
     """Whether `factor` divides `extent`, provably: for a symbolic extent only when it is built
     as a multiple (a row count padded to whole tiles, `compute.matmul.padded`)."""
@@ -118,6 +148,21 @@ def conv_tasks(split_channels: bool, images, groups, rows: list) -> list:
     every image and row in turn where its weights are split (so each group's weights are read
     once for the whole batch), else images, rows, then groups."""
     return [groups, images, *rows] if split_channels else [images, *rows, groups]
+
+
+def parallel_tasks(sch: s_tir.Schedule, tasks: list):
+    """Fuse the nested loops `tasks` (outermost first) into one parallel loop and return it.
+    Of loops of symbolic extent only the innermost is fused, first, so that every task index
+    is split off by a constant (the rest run in turn around it): a tile computed under a loop
+    fused from two symbolic extents lost its bounds in TVM's region analysis (a tile as large
+    as the output, stored out of bounds)."""
+    symbolic = [loop for loop in tasks if not static_extent(sch.get(loop).extent)]
+    fused = symbolic[-1:] + [loop for loop in tasks if static_extent(sch.get(loop).extent)]
+    if symbolic:
+        sch.reorder(*symbolic[:-1], *fused)
+    loop = sch.fuse(*fused) if len(fused) > 1 else fused[0]
+    sch.parallel(loop)
+    return loop
 
 
 def prefetch_next_channels(sch: s_tir.Schedule, block, reduction, strips, tiles, channel_tile: int,

@@ -19,6 +19,7 @@ from .common import (
     divisor,
     divisors,
     inline_epilogue,
+    parallel_tasks,
     static_extent,
     store_tile,
 )
@@ -70,7 +71,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvKnobs | None = N
     tasks = [batch, channel_out]
     if math.prod(static_extent(sch.get(loop).extent) for loop in tasks) < PARALLEL_MIN:  # few channels: rows too
         tasks += spatial[:-1]
-    sch.parallel(sch.fuse(*tasks))
+    parallel_tasks(sch, tasks)
     # An output width of 1 leaves no row to vectorize.
     lane = width_in if knobs.width_vector > 1 else None
     unrolled = [channel_in, width_vector] + ([width_in] if lane is None else [])

@@ -20,6 +20,7 @@ from .common import (
     divisors,
     fullest_tile,
     inline_epilogue,
+    parallel_tasks,
     prefetch_next_channels,
     rows_outermost,
     splits_channels,
@@ -122,7 +123,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvNCHWcKnobs | Non
     sch.reorder(*tasks, x_out, ic, ky, kx, ib, n_in, y_in, x_in, chunk_in, lane)
     if split_channels:
         prefetch_next_channels(sch, block, ic, [chunk_out], [n_out, y_out], knobs.channel_tile)
-    sch.parallel(sch.fuse(*tasks))
+    parallel_tasks(sch, tasks)
     unrolled = [chunk_in, x_in, y_in, n_in] + ([kx] if knobs.unroll_kernel_width else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ic, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)
@@ -142,7 +143,7 @@ def schedule_depthwise(sch: s_tir.Schedule, block, lanes: int, knobs: DepthwiseN
     n, chunk, y, x, lane, ky, kx = sch.get_loops(block)
     x_out, x_in = sch.split(x, [None, knobs.width_tile])
     sch.reorder(n, y, chunk, x_out, ky, kx, x_in, lane)
-    sch.parallel(sch.fuse(n, y, chunk))
+    parallel_tasks(sch, [n, y, chunk])
     unrolled = [x_in] + ([ky, kx] if knobs.unroll_taps else [])
     write_back = accumulate_in_registers(sch, block, x_out, unrolled, lane, ky, lanes)
     store_tile(sch, write_back, epilogue, x_out, lanes)

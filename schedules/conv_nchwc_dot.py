@@ -18,6 +18,7 @@ from .common import (
     conv_tasks,
     divisor,
     fullest_tile,
+    parallel_tasks,
     parallelize_leading,
     rows_outermost,
     splits_channels,
@@ -107,7 +108,7 @@ def schedule_dot_product_conv(sch: s_tir.Schedule, block, lanes: int, knobs: Dot
     x_out, x_in = sch.split(x, [None, width_tile])
     tasks = conv_tasks(split_channels, n, chunk_out, [y])
     sch.reorder(*tasks, x_out, ic, ky, kx, group, x_in, chunk_in, lane, member)
-    sch.parallel(sch.fuse(*tasks))
+    parallel_tasks(sch, tasks)
     write_back = accumulate_in_registers(sch, block, x_out, [chunk_in, x_in], None, ic, lanes)
     sch.tensorize(lane, intrinsic(static_extent(sch.get(lane).extent)))
     store_tile(sch, write_back, epilogue, x_out, lanes, unroll=True)

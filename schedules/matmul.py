@@ -48,7 +48,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: MatmulKnobs | None =
     if epilogue is not None and _crops(sch, block, epilogue):
         # A padded product (symbolic dims): rows in parallel, each row of tiles in turn, the
         # tile in registers, the epilogue storing only its part inside the output.
-        sch.parallel(sch.fuse(*lead, rows_out))
+        common.parallel_tasks(sch, [*lead, rows_out])
         vector = columns_in if knobs.column_vector > 1 else None
         write_back = common.accumulate_in_registers(sch, block, columns_out, [column_vectors, rows_in], vector,
                                                     reduction, lanes)

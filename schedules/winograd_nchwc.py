@@ -17,6 +17,7 @@ from .common import (
     divisor,
     divisors,
     fullest_tile,
+    parallel_tasks,
     prefetch_next_channels,
     store_tile,
     vectorize_innermost,
@@ -89,7 +90,6 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
     sch.reorder(eps, nu, chunk_out, n, tiles_out, ic, ib, tiles_in, chunk_in, lane)
     prefetch_next_channels(sch, block, ic, [eps, nu, chunk_out], [n, tiles_out], knobs.channel_tile, chunk_axis=2)
-    tiles = sch.fuse(eps, nu, chunk_out, n, tiles_out)
-    sch.parallel(tiles)
+    tiles = parallel_tasks(sch, [eps, nu, chunk_out, n, tiles_out])
     write_back = accumulate_in_registers(sch, block, tiles, [chunk_in, tiles_in], lane, ic, lanes)
     store_tile(sch, write_back, None, tiles, lanes)  # the epilogue follows the output transform

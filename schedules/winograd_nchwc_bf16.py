@@ -8,7 +8,7 @@ from __future__ import annotations
 from tvm import s_tir
 
 from ..ir_names import DOT_PRODUCT_ATTR
-from .common import accumulate_in_registers, static_extent, store_tile
+from .common import accumulate_in_registers, parallel_tasks, static_extent, store_tile
 from .intrinsics import bf16_dot_product
 from .winograd_nchwc import WinogradKnobs, default_knobs, schedule_stages
 
@@ -23,7 +23,7 @@ def _product(sch: s_tir.Schedule, block, lanes: int, knobs: WinogradKnobs) -> No
     chunk_out, chunk_in = sch.split(chunk, [None, knobs.channel_tile])
     tiles_out, tiles_in = sch.split(tiles, [None, knobs.tile_rows])
     sch.reorder(eps, nu, chunk_out, n, tiles_out, ic, pair, tiles_in, chunk_in, lane, member)
-    sch.parallel(sch.fuse(eps, nu, chunk_out, n))  # a group's weights read once for the whole batch
+    parallel_tasks(sch, [eps, nu, chunk_out, n])  # a group's weights read once for the whole batch
     write_back = accumulate_in_registers(sch, block, tiles_out, [chunk_in, tiles_in], None, ic, lanes)
     sch.tensorize(lane, bf16_dot_product(static_extent(sch.get(lane).extent), native))
     store_tile(sch, write_back, None, tiles_out, lanes)  # the epilogue follows the output transform

@@ -30,7 +30,7 @@ from tvm.tirx.script.builder import ir as tb
 
 from ...amx import AMX_ROW_BYTES as ROW_BYTES
 from ...compute.conv import split_weight_index
-from ..common import conv_tasks, divisors, splits_channels, static_extent, store_tile
+from ..common import conv_tasks, divisors, parallel_tasks, splits_channels, static_extent, store_tile
 from ..conv_nchwc_dot import inline_elementwise, input_pass
 from .machine import (
     COLUMNS,
@@ -365,8 +365,7 @@ def schedule(sch: s_tir.Schedule, block, lanes: int, knobs: ConvTiles | None = N
     x_out, x_in = sch.split(x, [None, knobs.row_pixels])
     tasks = conv_tasks(split_channels, n, chunk_out, [y_out, x_out])
     sch.reorder(*tasks, chunk_in, y_in, x_in, lane, ic, ky, kx, group, member)
-    outer = sch.fuse(*tasks)
-    sch.parallel(outer)  # each task configures its own tiles: the program starts with ldtilecfg
+    outer = parallel_tasks(sch, tasks)  # each task configures its own tiles: the program starts with ldtilecfg
     write_back = sch.cache_write(block, 0, "local")  # the C block on the stack, for the epilogue
     sch.reverse_compute_at(write_back, outer)
     tiles = tensorize_tiles(sch, chunk_in, conv_tile_product(kind, knobs, window))

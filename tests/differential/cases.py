@@ -25,6 +25,7 @@ class Case:
     opset: int = 17
     batch: bool = True  # axis 0 of the inputs is a batch, which may be symbolic
     spatial: bool = True  # with a symbolic batch, the other axes may be symbolic too
+    kernels: bool = False  # the weights are a conv's kernels: they meet the inputs on axis 1 alone
 
     def model(self, symbolic: str = STATIC) -> onnx.ModelProto:
         """The case as a checked model. `symbolic` `BATCH`: axis 0 of every input of the largest
@@ -32,13 +33,15 @@ class Case:
         meets no other input's axis but its own, nor a weight's), compiled as dynamic; `ALL`:
         besides, every other axis of such an input whose size is above 1 and meets no weight's
         axis of the same rank and size above 1 is a dim of its own, one name per axis and size
-        (so that inputs meeting on it share it)."""
+        (so that inputs meeting on it share it). A conv's kernels (`kernels`) meet its input on
+        the channel axis alone."""
         first = next(iter(self.inputs.values()))
         rank = max(a.ndim for a in self.inputs.values())
-        meets_weight = any(w.ndim == rank and w.shape[0] > 1 for w in self.weights.values())
+        meets_weight = not self.kernels and any(w.ndim == rank and w.shape[0] > 1 for w in self.weights.values())
         batch = first.shape[0] if self.batch and first.ndim == rank and first.shape[0] > 1 and not meets_weight \
             else None
-        weighted = {axis for w in self.weights.values() if w.ndim == rank for axis in range(rank) if w.shape[axis] > 1}
+        weighted = {1} if self.kernels else \
+            {axis for w in self.weights.values() if w.ndim == rank for axis in range(rank) if w.shape[axis] > 1}
 
         def dims(array):
             shape = list(array.shape)
@@ -311,10 +314,11 @@ def conv(draw) -> Case:
     """Conv 1-D or 2-D: groups (depthwise too), strides, dilations, asymmetric pads or auto_pad, bias."""
     dims = draw(st.sampled_from([1, 2, 2, 2]))
     groups = draw(st.sampled_from([1, 1, 2, "depthwise"]))
-    per_group = draw(st.integers(1, 6))
+    # Up to 64 channels, for blocked kernels of several channel blocks (and Winograd's).
+    per_group = draw(st.integers(1, 6) | st.sampled_from([16, 32]))
     c_in = per_group * (2 if groups == 2 else 1) if groups != "depthwise" else draw(st.integers(1, 24))
     groups = c_in if groups == "depthwise" else groups
-    c_out = groups * draw(st.integers(1, 3)) if groups > 1 else draw(st.integers(1, 20))
+    c_out = groups * draw(st.integers(1, 3)) if groups > 1 else draw(st.integers(1, 20) | st.sampled_from([32, 64]))
     kernel = tuple(draw(st.integers(1, 3)) for _ in range(dims))
     strides = tuple(draw(st.integers(1, 2)) for _ in range(dims))
     dilations = tuple(draw(st.integers(1, 2)) for _ in range(dims))
@@ -328,7 +332,8 @@ def conv(draw) -> Case:
     weights, names = _kernel_and_bias(draw, (c_out, c_in // groups, *kernel), c_out)
     node = _node("Conv", names, group=groups, strides=strides, dilations=dilations, pads=pads,
                  auto_pad=auto_pad if auto_pad != "NOTSET" else None, kernel_shape=kernel)
-    return Case([node], {"x": _values(draw, (draw(st.integers(1, 2)), c_in, *spatial), -1, 1)}, weights, opset=13)
+    return Case([node], {"x": _values(draw, (draw(st.integers(1, 2)), c_in, *spatial), -1, 1)}, weights, opset=13,
+                kernels=True)
 
 
 @st.composite
@@ -344,8 +349,9 @@ def conv_transpose(draw) -> Case:
     weights, names = _kernel_and_bias(draw, (c_in, c_out // groups, *kernel), c_out)
     node = _node("ConvTranspose", names, group=groups, strides=strides, pads=pads, kernel_shape=kernel,
                  output_padding=output_padding if any(output_padding) else None)
-    x = _values(draw, (1, c_in, *(draw(st.integers(1, 40 if dims == 1 else 7)) for _ in range(dims))), -1, 1)
-    return Case([node], {"x": x}, weights, opset=13)
+    x = _values(draw, (draw(st.integers(1, 2)), c_in, *(draw(st.integers(1, 40 if dims == 1 else 7))
+                                                          for _ in range(dims))), -1, 1)
+    return Case([node], {"x": x}, weights, opset=13, kernels=True)
 
 
 @st.composite

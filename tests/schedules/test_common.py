@@ -17,7 +17,7 @@ from tests.schedules.amx.test_conv import VECTOR_HOST
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
 from tvm_fuse.compute.conv_nchwc_int8 import conv2d_nchwc_int8
-from tvm_fuse.schedules import apply, common
+from tvm_fuse.schedules import apply, common, conv_nchwc
 
 # (threshold, the loop the task index divides first: rows, or output channel blocks)
 SPLITS = [(1 << 40, r"v_y = T.axis.spatial\(8, \w+_fused // 2( \+ \w+)?\)"),  # + a row tile's row
@@ -77,3 +77,69 @@ def test_a_vnni_int8_model_is_the_same_whichever_way_its_convs_split(monkeypatch
 def _residual_block():
     feed = {"x": np.random.default_rng(1).standard_normal((1, 32, 16, 16)).astype(np.float32)}
     return residual_block(channels=32, size=16), feed
+
+
+def _symbolic_cnn(channels: int = 64):
+    """x[n, channels, h, w] -> 3x3/2 conv + ReLU -> depthwise 3x3 -> 3x3 conv (a Winograd conv
+    at static sizes) -> 1x1 conv to twice the channels: blocked convs over symbolic sizes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights, nodes, source = [], [], "x"
+    for index, (out, kernel, stride, group) in enumerate([(channels, 3, 2, 1), (channels, 3, 1, channels),
+                                                          (channels, 3, 1, 1), (2 * channels, 1, 1, 1)]):
+        shape = (out, channels // group, kernel, kernel)
+        weights += [numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
+                                            .astype(np.float32), f"w{index}"),
+                    numpy_helper.from_array(rng.standard_normal(out).astype(np.float32), f"b{index}")]
+        nodes.append(helper.make_node("Conv", [source, f"w{index}", f"b{index}"], [f"c{index}"], name=f"conv{index}",
+                                      kernel_shape=[kernel] * 2, pads=[kernel // 2] * 4, strides=[stride] * 2,
+                                      group=group))
+        nodes.append(helper.make_node("Relu", [f"c{index}"], [f"r{index}"], name=f"relu{index}"))
+        source = f"r{index}"
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                           ["n", channels, "h", "w"])],
+                              [helper.make_tensor_value_info(source, TensorProto.FLOAT, None)], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+# Each precision's build, and its tolerance (of each output's largest magnitude) against fp32.
+SYMBOLIC_PRECISIONS = [pytest.param("fp32", 1e-4), pytest.param("bf16", 3e-2, marks=pytest.mark.bf16),
+                       pytest.param("int8", 3e-2, marks=pytest.mark.vnni)]
+
+
+@pytest.mark.parametrize("precision, rtol", SYMBOLIC_PRECISIONS)
+def test_convs_over_a_symbolic_batch_rows_and_columns_match_onnx_runtime_at_every_size(precision, rtol):
+    """One build serves every size. Task loops fused from a symbolic batch and row count lost
+    the register tile's bounds in TVM (SegFormer exported with dynamic axes: its tile stored
+    out of bounds, corrupting memory; a 3x3/2 conv of 64 channels failed to build); a bf16
+    depthwise conv failed on the dims passed beside its tensors."""
+    model = _symbolic_cnn()
+    rng = np.random.default_rng(4)
+    feeds = [{"x": rng.standard_normal(shape).astype(np.float32)}
+             for shape in [(1, 64, 32, 32), (2, 64, 17, 23), (1, 64, 96, 64)]]
+    if precision == "int8":
+        compiled = tvm_fuse.build(model, target=VECTOR_HOST, quantize=QuantConfig(calibration=feeds[:1]))
+    else:
+        compiled = tvm_fuse.build(model, target=VECTOR_HOST, precision=precision)
+    for feed in feeds:
+        assert_close(compiled.run(None, feed), ort_outputs(model, feed), rtol)
+
+
+def test_a_schedule_whose_register_tile_lost_its_bounds_is_not_applied(monkeypatch):
+    """The net under the schedules: a kernel whose tile TVM sizes as the whole output (task
+    loops fused from two symbolic extents, as the conv's were) is left unscheduled, correct."""
+    def fuse_all(sch, tasks):
+        loop = sch.fuse(*tasks)
+        sch.parallel(loop)
+        return loop
+
+    monkeypatch.setattr(conv_nchwc, "parallel_tasks", fuse_all)
+    batch, rows = te.var("n", "int64"), te.var("h", "int64")
+    data = te.placeholder((batch, 4, rows, 8, 16), name="data")
+    weight = te.placeholder((8, 4, 3, 3, 16, 16), name="weight")
+    func = te.create_prim_func([data, weight, conv2d_nchwc(data, weight, (2, 2), (1, 1, 1, 1), (1, 1))])
+    with pytest.warns(UserWarning, match="local buffers of symbolic size: conv_local"):
+        assert apply(func, 16).same_as(func)
+    monkeypatch.undo()
+    common.check_tiles_bounded(apply(func, 16))  # the schedule as it is keeps its tile

@@ -68,11 +68,13 @@ def anchor_compute(call: relax.Call, data: te.Tensor, weight: te.Tensor, rearran
 def composite_compute(body: relax.SeqExpr, params: list[relax.Var], anchor, inputs=None):
     """A `call_te` function computing a composite's body on te tensors, binding by binding:
     `anchor(call, *operands)` computes its first binding, `epilogue` the others.
-    `inputs(param, tensor)`, if given, may replace a parameter's tensor (e.g. dequantize it)."""
+    `inputs(param, tensor)`, if given, may replace a parameter's tensor (e.g. dequantize it);
+    a composite's symbolic dims that its tensors' shapes do not give (its `tir_vars`) come as a
+    list, left as they are."""
     (block,) = body.blocks
 
     def compute(*tensors):
-        values = {p: inputs(p, t) if inputs else t for p, t in zip(params, tensors)}
+        values = {p: inputs(p, t) if inputs and isinstance(t, te.Tensor) else t for p, t in zip(params, tensors)}
 
         def operand(arg):
             return values[arg] if isinstance(arg, relax.Var) else arg  # PrimValue bounds of clip
@@ -118,6 +120,8 @@ def winograd_tile(conv: relax.Call, table=TILE_BY_OUTPUT_SIDE) -> int | None:
         # Also, one channel's one-lane transforms took LLVM minutes to compile (the CRNN stem
         # at batch 2: 350 s).
         return None
+    if not all(isinstance(side, tvm.tirx.IntImm) for side in data[2:4]):
+        return None  # its tile is chosen by the output's size: the direct conv serves every size
     top, left, bottom, right = (int(p) for p in attrs.padding)
     return choose_tile(int(data[2]) + top + bottom - KERNEL + 1, int(data[3]) + left + right - KERNEL + 1, table)
 
