@@ -24,15 +24,14 @@ def _conv_weight(rng, name: str, out: int, inp: int, k: int):
                                    .astype(np.float32), name)
 
 
+def _bias(rng, name: str, out: int):
+    return numpy_helper.from_array((rng.standard_normal(out) * 0.1).astype(np.float32), name)
+
+
 def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     """x -> conv3x3+relu (a) -> conv3x3 + x -> relu (b) -> conv1x1 (y): every conv int8-able."""
     rng = np.random.default_rng(seed)
-
-    weight = functools.partial(_conv_weight, rng)
-
-    def bias(name, out):
-        return numpy_helper.from_array((rng.standard_normal(out) * 0.1).astype(np.float32), name)
-
+    weight, bias = functools.partial(_conv_weight, rng), functools.partial(_bias, rng)
     c = channels
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -45,6 +44,23 @@ def residual_block(channels: int = 32, size: int = 16, seed: int = 0):
     weights = [weight("w1", c, c, 3), bias("b1", c), weight("w2", c, c, 3), bias("b2", c),
                weight("w3", 2 * c, c, 1), bias("b3", 2 * c)]
     return _model("residual_block", nodes, [1, c, size, size], [1, 2 * c, size, size], weights)
+
+
+def symbolic_cnn(channels: int = 64, seed: int = 0):
+    """x[n, channels, h, w] -> 3x3/2 conv + relu -> depthwise 3x3 + relu -> 3x3 conv + relu (a
+    Winograd conv at static sizes) -> 1x1 conv to twice the channels + relu (y): blocked convs
+    over a symbolic batch, height and width."""
+    rng = np.random.default_rng(seed)
+    nodes, weights, previous = [], [], "x"
+    layers = [(channels, 3, 2, 1), (channels, 3, 1, channels), (channels, 3, 1, 1), (2 * channels, 1, 1, 1)]
+    for i, (out, kernel, stride, group) in enumerate(layers):
+        output = "y" if i == len(layers) - 1 else f"a{i}"
+        nodes += [helper.make_node("Conv", [previous, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}",
+                                   pads=[kernel // 2] * 4, strides=[stride] * 2, group=group),
+                  helper.make_node("Relu", [f"c{i}"], [output], name=f"relu{i}")]
+        weights += [_conv_weight(rng, f"w{i}", out, channels // group, kernel), _bias(rng, f"b{i}", out)]
+        previous = output
+    return _model("symbolic_cnn", nodes, ["n", channels, "h", "w"], None, weights)
 
 
 def classifier(batch: int = 1, channels: int = 32, classes: int = 1000, size: int = 8, seed: int = 0):

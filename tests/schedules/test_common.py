@@ -12,7 +12,7 @@ from tvm import te
 
 import tvm_fuse
 from tests.conftest import assert_close, ort_outputs
-from tests.quantization.models import residual_block
+from tests.quantization.models import residual_block, symbolic_cnn
 from tests.schedules.amx.test_conv import VECTOR_HOST
 from tvm_fuse import QuantConfig
 from tvm_fuse.compute.conv_nchwc import conv2d_nchwc, depthwise_conv2d_nchwc
@@ -79,30 +79,6 @@ def _residual_block():
     return residual_block(channels=32, size=16), feed
 
 
-def _symbolic_cnn(channels: int = 64):
-    """x[n, channels, h, w] -> 3x3/2 conv + ReLU -> depthwise 3x3 -> 3x3 conv (a Winograd conv
-    at static sizes) -> 1x1 conv to twice the channels: blocked convs over symbolic sizes."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(3)
-    weights, nodes, source = [], [], "x"
-    for index, (out, kernel, stride, group) in enumerate([(channels, 3, 2, 1), (channels, 3, 1, channels),
-                                                          (channels, 3, 1, 1), (2 * channels, 1, 1, 1)]):
-        shape = (out, channels // group, kernel, kernel)
-        weights += [numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])))
-                                            .astype(np.float32), f"w{index}"),
-                    numpy_helper.from_array(rng.standard_normal(out).astype(np.float32), f"b{index}")]
-        nodes.append(helper.make_node("Conv", [source, f"w{index}", f"b{index}"], [f"c{index}"], name=f"conv{index}",
-                                      kernel_shape=[kernel] * 2, pads=[kernel // 2] * 4, strides=[stride] * 2,
-                                      group=group))
-        nodes.append(helper.make_node("Relu", [f"c{index}"], [f"r{index}"], name=f"relu{index}"))
-        source = f"r{index}"
-    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                           ["n", channels, "h", "w"])],
-                              [helper.make_tensor_value_info(source, TensorProto.FLOAT, None)], weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 # Each precision's build, and its tolerance (of each output's largest magnitude) against fp32.
 SYMBOLIC_PRECISIONS = [pytest.param("fp32", 1e-4), pytest.param("bf16", 3e-2, marks=pytest.mark.bf16),
                        pytest.param("int8", 3e-2, marks=pytest.mark.vnni)]
@@ -114,7 +90,7 @@ def test_convs_over_a_symbolic_batch_rows_and_columns_match_onnx_runtime_at_ever
     the register tile's bounds in TVM (SegFormer exported with dynamic axes: its tile stored
     out of bounds, corrupting memory; a 3x3/2 conv of 64 channels failed to build); a bf16
     depthwise conv failed on the dims passed beside its tensors."""
-    model = _symbolic_cnn()
+    model = symbolic_cnn()
     rng = np.random.default_rng(4)
     feeds = [{"x": rng.standard_normal(shape).astype(np.float32)}
              for shape in [(1, 64, 32, 32), (2, 64, 17, 23), (1, 64, 96, 64)]]
