@@ -167,7 +167,7 @@ def max_pool_same(bb, inputs, attrs, opset):
     x = inputs[0]
     mode = text(attrs.get("auto_pad", b"NOTSET"))
     if mode not in ("SAME_UPPER", "SAME_LOWER") or x.ty.shape is None or len(x.ty.shape) != 4 \
-            or all(isinstance(d, tvm.tirx.IntImm) for d in x.ty.shape) or len(inputs) > 1:
+            or None not in _static(x.ty.shape, 4) or len(inputs) > 1:
         return None
     kernel = [int(k) for k in attrs["kernel_shape"]]
     strides = [int(s) for s in attrs.get("strides", [1, 1])]
