@@ -485,7 +485,15 @@ def slice_gather(draw) -> Case:
     indices = np.array(draw(st.lists(st.integers(-size, size - 1), min_size=1, max_size=5)), np.int64)
     if draw(st.booleans()):
         indices = indices[0].reshape(())  # a scalar index drops the axis
-    return Case([_node("Gather", ["x", "i"], axis=axis)], {"x": x}, {"i": indices}, opset=13)
+    return _indexed(draw, [_node("Gather", ["x", "i"], axis=axis)], {"x": x}, indices, opset=13)
+
+
+def _indexed(draw, nodes, inputs: dict, indices: np.ndarray, opset: int) -> Case:
+    """A case of an index op whose indices `i` are a weight, known at build, or an input that
+    the run feeds, checked at run time (`frontend.indices`)."""
+    if draw(st.booleans()):
+        return Case(nodes, inputs, {"i": indices}, opset=opset)
+    return Case(nodes, {**inputs, "i": indices}, opset=opset)
 
 
 @st.composite
@@ -631,8 +639,9 @@ def recurrent(draw) -> Case:
 
 @st.composite
 def indexing(draw) -> Case:
-    """TopK, CumSum, GatherElements, Einsum."""
-    op = draw(st.sampled_from(["TopK", "CumSum", "GatherElements", "Einsum"]))
+    """TopK, CumSum, GatherElements, GatherND, ScatterElements, ScatterND, Einsum."""
+    op = draw(st.sampled_from(["TopK", "CumSum", "GatherElements", "GatherND", "ScatterElements", "ScatterND",
+                               "Einsum"]))
     shape = _shape(draw, 1, 3, max_side=6)
     axis = draw(st.integers(-len(shape), len(shape) - 1))
     x = _values(draw, shape)
@@ -644,12 +653,30 @@ def indexing(draw) -> Case:
         return Case([_node(op, ["x", "axis"], exclusive=draw(st.sampled_from([0, 1])),
                            reverse=draw(st.sampled_from([0, 1])))], {"x": x}, {"axis": np.array(axis, np.int64)},
                     opset=14)
-    if op == "GatherElements":
+    if op in ("GatherElements", "ScatterElements"):
         size = shape[axis]
         index_shape = list(shape)
         index_shape[axis] = draw(st.integers(1, 4))
-        indices = _values(draw, tuple(index_shape), -size, size - 1, np.int64)
-        return Case([_node(op, ["x", "i"], axis=axis)], {"x": x}, {"i": indices}, opset=13)
+        if op == "GatherElements":
+            indices = _values(draw, tuple(index_shape), -size, size - 1, np.int64)
+            return _indexed(draw, [_node(op, ["x", "i"], axis=axis)], {"x": x}, indices, opset=13)
+        # Distinct places along the axis, so that the update each place gets is defined.
+        index_shape[axis] = min(index_shape[axis], size)
+        order = np.argsort(_values(draw, (size, *index_shape[:axis], *index_shape[axis + 1:])), axis=0)
+        indices = np.moveaxis(order[:index_shape[axis]], 0, axis).astype(np.int64)
+        indices -= size * _values(draw, indices.shape, 0, 1, np.int64)  # some counted from the end
+        updates = _values(draw, tuple(index_shape))
+        return _indexed(draw, [_node(op, ["x", "i", "u"], axis=axis)], {"x": x, "u": updates}, indices, opset=13)
+    if op in ("GatherND", "ScatterND"):
+        depth = draw(st.integers(1, len(shape)))  # the data axes an index tuple spans
+        places = int(np.prod(shape[:depth]))
+        chosen = draw(st.permutations(range(places)))[:draw(st.integers(1, min(4, places)))]  # distinct, as above
+        tuples = np.stack(np.unravel_index(chosen, shape[:depth]), axis=-1).astype(np.int64)
+        tuples -= np.array(shape[:depth]) * _values(draw, tuples.shape, 0, 1, np.int64)
+        if op == "GatherND":
+            return _indexed(draw, [_node(op, ["x", "i"])], {"x": x}, tuples, opset=13)
+        updates = _values(draw, (len(tuples), *shape[depth:]))
+        return _indexed(draw, [_node(op, ["x", "i", "u"])], {"x": x, "u": updates}, tuples, opset=13)
     m, k, n = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 5))
     equation, shapes = draw(st.sampled_from([("ij,jk->ik", ((m, k), (k, n))), ("bij,bjk->bik", ((2, m, k), (2, k, n))),
                                              ("ij->ji", ((m, k),)), ("ij,ij->i", ((m, k), (m, k)))]))

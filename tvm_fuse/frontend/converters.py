@@ -13,11 +13,11 @@ from tvm import relax
 from tvm.ir.expr import GenericConst
 
 from ..compute.lrn import local_response_norm
-from ..errors import UnsupportedNode, UnsupportedOpsError
 from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
-from .attributes import node_name, text
+from .attributes import refuse, text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .fixups import same_pads
+from .indices import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
 from .recurrent import gru, lstm
 from .slicing import slice_
 from .spectral import stft
@@ -149,11 +149,6 @@ def pad(bb, inputs, attrs, opset):
     rank = x.ty.ndim
     widths = [int(w) for axis in range(rank) for w in (pads[axis], pads[rank + axis])]
     return relax.op.nn.pad(x, widths, "constant", float(value))
-
-
-def refuse(op: str, attrs: dict, opset: int, reason: str) -> UnsupportedOpsError:
-    """The error refusing the node being converted, in this form, for `reason`."""
-    return UnsupportedOpsError([UnsupportedNode(op, node_name(attrs), "", opset, reason)])
 
 
 def max_pool_same(bb, inputs, attrs, opset):
@@ -293,6 +288,9 @@ CONVERTERS = {
     "DynamicQuantizeLinear": dynamic_quantize_linear,
     "DynamicQuantizeLSTM": dynamic_quantize_lstm,
     "Expand": expand,
+    "Gather": gather,
+    "GatherElements": gather_elements,
+    "GatherND": gather_nd,
     "GRU": gru,
     "LRN": lrn,
     "LSTM": lstm,
@@ -301,6 +299,8 @@ CONVERTERS = {
     "Pad": pad,
     "PRelu": prelu,
     "Resize": resize,
+    "ScatterElements": scatter_elements,
+    "ScatterND": scatter_nd,
     "SequenceInsert": sequence_insert,
     "Squeeze": squeeze,
     "Slice": slice_,

@@ -21,13 +21,13 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from .. import provenance
-from ..errors import CompileError, InputError, UnsupportedOpsError
+from ..errors import CompileError, InputError, ModelLoadError
 from ..ir_names import BRANCH_ATTR, UNBUILT_ATTR, UNBUILT_NODES_ATTR
 from ..tensor_info import MAX_ELEMENTS, TensorInfo, symbolic_dims, symbolic_dims_hint
-from .attributes import node_name
+from .attributes import node_name, refuse
 from .batch import rebatch
 from .branches import branch_model, branches, graph_key, node_count, node_numbers, numbered_graphs, outer_names
-from .converters import CONVERTERS, refuse
+from .converters import CONVERTERS
 from .fixups import apply_fixups
 from .shape_arithmetic import folded
 from .slicing import dims_in_range
@@ -366,7 +366,7 @@ class _NamingImporter(ONNXGraphImporter):
                     converted = relax.Tuple([self.bb.emit(relax.TupleGetItem(converted, i)) for i in fields])
             self._refuse_empty(converted, op_name, attrs, opset)
             return converted
-        except UnsupportedOpsError:
+        except ModelLoadError:  # the node's own message: it is unsupported or invalid
             raise
         except Exception as error:
             raise CompileError(
@@ -386,7 +386,7 @@ def import_onnx(model: onnx.ModelProto) -> tvm.IRModule:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return importer.from_onnx(model.graph, default_opset(model))
-    except (CompileError, UnsupportedOpsError):
+    except (CompileError, ModelLoadError):
         raise
     except Exception as error:
         raise CompileError(f"cannot import the ONNX graph: {type(error).__name__}: {error}") from error
