@@ -188,12 +188,13 @@ def rows_outermost(sch: s_tir.Schedule, block) -> list:
 
 
 def parallelize_leading(sch: s_tir.Schedule, loops) -> None:
-    """Fuse `loops` from the first until they hold `PARALLEL_MIN` iterations (a symbolic
-    extent counts as that many), into one parallel loop."""
+    """Fuse `loops` from the first until they hold `PARALLEL_MIN` iterations, into one parallel
+    loop. A symbolic extent counts as that many, but the first loop's as one: most often a
+    batch, of one image (SegFormer's symbolic build ran its transposes on one core)."""
     lead, extent = [], 1
     for loop in loops:
         lead.append(loop)
-        extent *= static_extent(sch.get(loop).extent) or PARALLEL_MIN
+        extent *= static_extent(sch.get(loop).extent) or (PARALLEL_MIN if len(lead) > 1 else 1)
         if extent >= PARALLEL_MIN:
             break
     if lead:

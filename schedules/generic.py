@@ -16,11 +16,14 @@ TVM's dlight CPU reduction rule was tried for softmax, and lost."""
 
 from __future__ import annotations
 
+import math
+
 import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
+from ..ir_names import PEEL_ATTR
 from .common import parallelize_leading, vectorize_with_tail
 
 # Stored a vector at a time (LLVM cannot vectorize stores of bool).
@@ -129,16 +132,17 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
         return False
     (read,) = read
     # A vector of lanes, or half of one (NCHW8c's blocks), along each axis of the tile; the
-    # scalar side's last tile may be cut short (a [512, 3199] transpose: 3199 time steps).
+    # scalar side's last tile may be cut short (a [512, 3199] transpose: 3199 time steps), and
+    # along a symbolic extent (None here) the vectors' last one, peeled (`PeelTileTails`).
     extents = {i: _extent(sch, loops[i]) for i in (written, read)}
-    factors = {i: next((f for f in (lanes, lanes // 2) if extent and extent % f == 0), None)
+    factors = {i: lanes if extent is None else next((f for f in (lanes, lanes // 2) if extent % f == 0), None)
                for i, extent in extents.items()}
     # Vectorize the loop whose partner's rows lie further apart where it is itself contiguous.
     apart_written, apart_read = _stride(stmt.writes[0], variables[read]), _stride(stmt.reads[0], variables[written])
-    if apart_written is None or apart_read is None or None in extents.values():
+    if apart_written is None or apart_read is None:
         return False
     preferred = [(written, read), (read, written)] if apart_written > apart_read else [(read, written), (written, read)]
-    sides = next(((v, s) for v, s in preferred if factors[v] is not None and extents[s] >= lanes), None)
+    sides = next(((v, s) for v, s in preferred if factors[v] is not None and (extents[s] or lanes) >= lanes), None)
     if sides is None:
         return False
     vector, scalar = sides
@@ -147,8 +151,13 @@ def _schedule_transpose(sch: s_tir.Schedule, block, lanes: int) -> bool:
     for i in (vector, scalar):
         outer[i], inner[i] = sch.split(loops[i], [None, factors[i]])
     ordered = [outer.get(i, loop) for i, loop in enumerate(loops)]
+    parallel = ordered
+    if extents[vector] is None:  # its tiles in turn within a task, so that the last can be peeled
+        ordered = [loop for loop in ordered if loop != outer[vector]] + [outer[vector]]
+        parallel = ordered[:-1]
+        sch.annotate(block, PEEL_ATTR, True)
     sch.reorder(*ordered, inner[scalar], inner[vector])
-    parallelize_leading(sch, ordered)
+    parallelize_leading(sch, parallel)
     sch.unroll(inner[scalar])
     sch.vectorize(inner[vector])
     return True
@@ -187,16 +196,16 @@ def _step(index, var):
     return int(step) if isinstance(step, tvm.tirx.IntImm) else None
 
 
-def _stride(region, var) -> int | None:
-    """How far apart in memory two neighbouring values of `var` are in `region`'s buffer (None
-    if that is not a constant)."""
+def _stride(region, var) -> float | None:
+    """How far apart in memory two neighbouring values of `var` are in `region`'s buffer:
+    infinite across a symbolic dim, None if the index moves by other variables too."""
     stride, total = 1, 0
     for dim, index in reversed(list(zip(region.source.shape, region.region))):
         step = _step(index.min, var)
-        if step != 0 and (step is None or stride is None):
+        if step is None:
             return None
         total += step * stride if step else 0
-        stride = stride * int(dim) if stride is not None and isinstance(dim, tvm.tirx.IntImm) else None
+        stride = stride * int(dim) if isinstance(dim, tvm.tirx.IntImm) else math.inf
     return abs(total)
 
 

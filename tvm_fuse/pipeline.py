@@ -64,6 +64,7 @@ from .transform.sink_layout_transforms import SinkLayoutTransforms
 from .transform.slopes_to_max import SlopesToMax
 from .transform.stack_local_buffers import StackLocalBuffers
 from .transform.stacked_reduction_to_binary import StackedReductionToBinary
+from .transform.symbolic_reshapes import SymbolicReshapesAsViews
 from .tuning.database import TuningDatabase
 
 
@@ -141,9 +142,10 @@ def kernels(target: tvm.target.Target, tuning: TuningDatabase | None) -> list[tv
 
 
 def legalize(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    """The remaining Relax ops to TIR kernels; TVM's generic fusion groups the elementwise
-    ones (our kernels are opaque to it). After this, every kernel the model runs is a call."""
-    return ([FastMath, LowerConcat()] + cpu_generic.library_dispatch_passes(target)
+    """The remaining Relax ops to TIR kernels, but reshapes of symbolic shape, which become
+    views; TVM's generic fusion groups the elementwise ones (our kernels are opaque to it).
+    After this, every kernel the model runs is a call."""
+    return ([FastMath, LowerConcat(), SymbolicReshapesAsViews()] + cpu_generic.library_dispatch_passes(target)
             + cpu_generic.legalize_passes(target) + [ScheduleGenericKernels(target)])
 
 
