@@ -12,6 +12,7 @@ outside the matrix kernels is summed apart.
     python bench/kernel_times.py minilm_s128 --dynamic   # dynamic int8, as bench/models.py's MiniLM rows
     python bench/kernel_times.py resnet50 --precision bf16
     python bench/kernel_times.py ppocr_rec          # a real model (bench/models.py), on its own feed
+    python bench/kernel_times.py trueocr_rec --symbolic   # built with its dims symbolic, run on its feed
     python bench/kernel_times.py resnet50 mobilenet_v2 --precision fp32 bf16 int8 --threads 1 --save
                                                     # the tables of docs/benchmarks.md
 
@@ -165,6 +166,9 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", choices=[*PRECISIONS, "int8"], default=["fp32"],
                         help="build(precision=...), or int8: calibrated (entropy) on 16 random batches as "
                              "bench/models.py --int8; several: one build after another")
+    parser.add_argument("--symbolic", action="store_true",
+                        help="build with the model's dims as it declares them, not at its feed's shapes "
+                             "(as bench/corpus.py --symbolic), then run the feed")
     parser.add_argument("--save", action="store_true",
                         help=f"write the top {TOP_SAVED} kernels of each build and the sums to bench/results/kernel_times.json")
     args = parser.parse_args()
@@ -181,7 +185,7 @@ def main() -> None:
                 inputs = graph_inputs(set_input_shapes(source, shapes) if shapes else source)
                 samples = [random_feed(inputs, np.random.default_rng((CALIBRATION_SEED, i))) for i in range(16)]
                 quantize = tvm_fuse.QuantConfig(calibration=samples)
-            model = tvm_fuse.build(source, quantize=quantize, input_shapes=shapes,
+            model = tvm_fuse.build(source, quantize=quantize, input_shapes=None if args.symbolic else shapes,
                                    precision="fp32" if precision == "int8" else precision)
             ops = kernel_ops(model, source, shapes)
             label = "dynamic int8" if args.dynamic else precision

@@ -45,7 +45,7 @@ def default_knobs(sch: s_tir.Schedule, block, lanes: int) -> ConvKnobs:
     # Up to 16 accumulators, channels first: each input vector feeds channel_tile FMAs.
     channel_tile = divisor(channels, (8, 6, 4, 3, 2))
     budget = accumulator_budget(lanes, 16) // channel_tile
-    vectors = divisor(static_extent(width) // vector, range(max(budget, 1), 0, -1)) if static_extent(width) else 1
+    vectors = divisor(width // vector, range(max(budget, 1), 0, -1))
     return ConvKnobs(vector, channel_tile, vectors)
 
 

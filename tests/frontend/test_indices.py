@@ -25,7 +25,7 @@ CASES = {
 }
 
 
-def _model(op: str, attrs: dict, updates, indices, fed: bool = False, batch="b"):
+def _model(op: str, attrs: dict, updates, indices, fed: bool = False, batch="b", opset: int = 13):
     """y = op(x, i[, u]) with x (`batch`, 3, 4); the `indices` a constant, or fed with their
     shape where `fed`."""
     inputs = ["x", "i"] + (["u"] if updates is not None else [])
@@ -37,7 +37,7 @@ def _model(op: str, attrs: dict, updates, indices, fed: bool = False, batch="b")
     weights = [] if fed else [numpy_helper.from_array(np.array(indices, np.int64), "i")]
     graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name="lookup", **attrs)], "g", feeds,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], weights)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _feed(indices, updates) -> dict:
@@ -64,6 +64,15 @@ def test_constant_indices_are_checked_at_build(op):
     expected = rf"^{op} node 'lookup' has the constant index {index} into an axis of size {size} \(ONNX allows"
     with pytest.raises(ModelLoadError, match=expected):
         tvm_fuse.build(_model(op, attrs, updates, bad, batch=2), AVX512_TARGET)
+
+
+def test_scatter_of_opset_10_is_checked_too():
+    attrs, good, bad, _, updates = CASES["ScatterElements"]
+    model = _model("Scatter", attrs, updates, good, fed=True, opset=10)
+    compiled = tvm_fuse.build(model, AVX512_TARGET)
+    assert_close(compiled.run(None, _feed(good, updates)), ort_outputs(model, _feed(good, updates)))
+    with pytest.raises(IndexError, match="Scatter node 'lookup'"):
+        compiled.run(None, _feed(bad, updates))
 
 
 def test_constant_indices_into_a_symbolic_axis_are_checked_at_run_time():

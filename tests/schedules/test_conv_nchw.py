@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+import tvm
 from tvm import te
 
 import tvm_fuse
@@ -16,10 +17,10 @@ from tvm_fuse.compute.conv import convolution
 from tvm_fuse.schedules import apply
 
 
-def _scheduled(in_channels: int, out_channels: int, rows: int, width: int, kernel: int, pad: int) -> str:
+def _scheduled(in_channels: int, out_channels: int, rows: int, width, kernel: int, pad: int, stride: int = 1) -> str:
     data = te.placeholder((1, in_channels, rows, width), name="data")
     weight = te.placeholder((out_channels, in_channels, kernel, kernel), name="weight")
-    conv = convolution(data, weight, (1, 1), (pad,) * 4, (1, 1), 1)
+    conv = convolution(data, weight, (1, stride), (pad,) * 4, (1, 1), 1)
     return apply(te.create_prim_func([data, weight, conv]), 16).script()
 
 
@@ -46,9 +47,20 @@ def test_a_conv_of_few_channels_matches_onnx_runtime(width):
     assert_close(tvm_fuse.build(model, target=VECTOR_HOST).run(None, feed), ort_outputs(model, feed))
 
 
+@pytest.mark.parametrize("stride, vectors", [(1, 2), (2, 0)])
+def test_a_symbolic_row_is_computed_in_whole_vectors_unless_strided(stride, vectors):
+    """Rounded up to two vectors and cropped: trueocr's 1-D convs over a symbolic length ran
+    scalar, 3% of the FMA peak. A strided row stays scalar: its vectors would gather the input."""
+    text = _scheduled(16, 8, 1, tvm.tirx.Var("w", "int64"), 3, 1, stride)
+    update = text.split('T.sblock("conv_update")')[0].split("T.grid(16, 3, 3)")[-1]  # the tile's loops
+    assert ("T.vectorized(T.int64(16))" in update) == (vectors > 0), update
+    assert ("T.unroll(T.int64(2))" in update) == (vectors == 2), update
+
+
 def test_a_conv_over_symbolic_rows_and_columns_matches_onnx_runtime():
-    """Its size known only at run time: no rounding to crop (the crop read the sizes as ints and
-    failed to build; found by the differential net's integer family, a 1x1 ConvInteger)."""
+    """Its size known only at run time: its rows rounded up to whole vectors by expressions of
+    the width, then cropped (the crop read the sizes as ints and failed to build; found by the
+    differential net's integer family, a 1x1 ConvInteger)."""
     model = conv_model((1, 1, 5, 7), 3, relu=False)
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
     model.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"

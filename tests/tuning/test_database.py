@@ -44,3 +44,15 @@ def test_logs_come_from_the_argument_then_the_environment_then_the_package(tmp_p
     assert log_paths() == sorted(Path(tvm_fuse.tuning_logs.__file__).parent.glob("*.jsonl"))
     with pytest.raises(TvmFuseError, match="does not exist"):
         log_paths(tmp_path / "missing.jsonl")
+
+
+def test_logs_are_read_once_until_they_change(tmp_path):
+    """A process that builds many models parses the logs once; a record appended (a tuning job
+    in another process) is seen by the next build."""
+    path = tmp_path / "log.jsonl"
+    append(path, _record("avx512", "skylake-avx512", 2.0, 1))
+    first = TuningDatabase.load([path])
+    assert TuningDatabase.load([str(path)]) is first
+    append(path, _record("avx512", "skylake-avx512", 1.0, 2))
+    again = TuningDatabase.load([path])
+    assert again is not first and again.lookup("w", "avx512", "skylake-avx512").knobs == {"tile": 2}

@@ -33,9 +33,9 @@ def sliding_window(data: te.Tensor, kernel, strides, padding, dilation, trailing
             if rounded is not size and clamp_rounded:
                 clamped.append(a)
             elif rounded is not size:
-                after[a] += (rounded - int(size)) * strides[a]
+                after[a] += (rounded - size) * strides[a]
     padded = data
-    if any(before + after):
+    if any(not isinstance(p, int | tvm.tirx.IntImm) or int(p) for p in before + after):
         padded = topi.nn.pad(data, [0, 0, *before, *[0] * trailing], [0, 0, *after, *[0] * trailing],
                              pad_value=pad_value, name="pad")
     taps = [te.reduce_axis((0, kernel[a]), name=f"k{a}") for a in range(rank)]
@@ -155,16 +155,19 @@ def is_depthwise(groups, weight_shape) -> bool:
 
 
 ROW_GRANULES = ((512, 64), (128, 32), (9, 16))  # (from this output row width, round it to a multiple of)
+SYMBOLIC_ROW_GRANULE = 32  # a row of symbolic width: two vectors of the widest ISA
 
 
-def whole_vector_width(width, padded: bool = True) -> int | None:
+def whole_vector_width(width, padded: bool = True):
     """A static output row of `width` rounded up to whole vectors of the widest ISA (several
-    for a long row: the schedule's register tile), or None to leave it (short, symbolic, or
-    already whole). A row that a vector does not divide would leave the schedule a scalar tail.
-    Not `padded`: a conv whose input has no padded copy but for the rounding, whose row whole
-    vectors already divide is left too (the copy cost more than the wider tile gains)."""
+    for a long row: the schedule's register tile), or None to leave it (short or already
+    whole); a symbolic one always, to `SYMBOLIC_ROW_GRANULE` (its vectors could not be
+    proved whole: trueocr's 1-D convs over a symbolic length ran scalar, 3% of the FMA peak).
+    A row that a vector does not divide would leave the schedule a scalar tail. Not `padded`:
+    a conv whose input has no padded copy but for the rounding, whose row whole vectors
+    already divide is left too (the copy cost more than the wider tile gains)."""
     if not isinstance(width, int | tvm.tirx.IntImm):
-        return None
+        return (width + SYMBOLIC_ROW_GRANULE - 1) // SYMBOLIC_ROW_GRANULE * SYMBOLIC_ROW_GRANULE
     width = int(width)
     granule = next((g for start, g in ROW_GRANULES if width >= start), None)
     if granule is None or width % granule == 0 or (not padded and width % ROW_GRANULES[-1][1] == 0):
@@ -197,7 +200,11 @@ def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, 
     has_padding = any(int(p) for p in padding)
 
     def round_output(size):
-        return [*size[:-1], whole_vector_width(size[-1], has_padding) or size[-1]]
+        # Not a symbolic row of strided outputs: its vector would gather the input (nemo80's
+        # 160-stride frames ran 4.7x slower so than in scalar code).
+        strided = not isinstance(size[-1], int | tvm.tirx.IntImm) and int(strides[-1]) > 1
+        rounded = None if strided else whole_vector_width(size[-1], has_padding)
+        return [*size[:-1], size[-1] if rounded is None else rounded]
 
     padded, out_size, taps, at = sliding_window(data, weight.shape[2:], strides, padding, dilation,
                                                 round_output=round_output)

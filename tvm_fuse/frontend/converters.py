@@ -17,7 +17,7 @@ from ..ir_names import KERNEL_ATTR, OP_PATTERN_ATTR, OPAQUE
 from .attributes import refuse, text
 from .dynamic_quantization import cast, conv_integer, dynamic_quantize_linear, dynamic_quantize_lstm, matmul_integer
 from .fixups import same_pads
-from .indices import gather, gather_elements, gather_nd, scatter_elements, scatter_nd
+from .indices import gather, gather_elements, gather_nd, scatter, scatter_elements, scatter_nd
 from .recurrent import gru, lstm
 from .slicing import slice_
 from .spectral import stft
@@ -299,6 +299,7 @@ CONVERTERS = {
     "Pad": pad,
     "PRelu": prelu,
     "Resize": resize,
+    "Scatter": scatter,
     "ScatterElements": scatter_elements,
     "ScatterND": scatter_nd,
     "SequenceInsert": sequence_insert,

@@ -1,6 +1,6 @@
-"""ONNX's index ops (Gather, GatherElements, GatherND, ScatterElements, ScatterND) with their
-indices checked, then converted by TVM's converters. ONNX refuses an index outside the axis it
-indexes; TVM's kernels read or write past the tensor there (a position table of 8 rows gathered
+"""ONNX's index ops (Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND)
+with their indices checked, then converted by TVM's converters. ONNX refuses an index outside
+the axis it indexes; TVM's kernels read or write past the tensor there (a position table of 8 rows gathered
 by `arange(seq)` returned rows of other memory for seq 12). Indices the build knows are checked
 at build; the others at run time (`compute.checked_indices`)."""
 
@@ -30,6 +30,10 @@ def scatter_elements(bb, inputs, attrs, opset):
     return _element_indices("ScatterElements", bb, inputs, attrs, opset)
 
 
+def scatter(bb, inputs, attrs, opset):  # ScatterElements' name before opset 11
+    return _element_indices("Scatter", bb, inputs, attrs, opset)
+
+
 def gather_nd(bb, inputs, attrs, opset):
     return _tuple_indices("GatherND", bb, inputs, attrs, opset, int(attrs.get("batch_dims", 0)))
 
@@ -45,7 +49,7 @@ def _element_indices(op: str, bb, inputs, attrs, opset):
         return None  # an item of a shape: TVM's converter indexes it at build, as Python does (or fails)
     shape = _shape(data)
     if shape is None:
-        raise refuse(op, attrs, opset, "its data's rank is unknown at build")
+        raise refuse(op, attrs, opset, "its data's shape is unknown at build")
     axis = int(attrs.get("axis", 0))
     axis = axis + len(shape) if axis < 0 else axis
     return _converted(op, bb, inputs, attrs, opset, [shape[axis]])
@@ -55,7 +59,7 @@ def _tuple_indices(op: str, bb, inputs, attrs, opset, batch_dims: int):
     """The last axis of the indices holds coordinates of the data's axes from `batch_dims` on."""
     shape, indices_shape = _shape(inputs[0]), _shape(inputs[1])
     if shape is None or indices_shape is None or not isinstance(indices_shape[-1], int | tirx.IntImm):
-        raise refuse(op, attrs, opset, "its data's rank or its indices' last dim is unknown at build")
+        raise refuse(op, attrs, opset, "its data's shape or its indices' last dim is unknown at build")
     return _converted(op, bb, inputs, attrs, opset, shape[batch_dims:batch_dims + int(indices_shape[-1])])
 
 
