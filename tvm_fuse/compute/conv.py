@@ -161,8 +161,8 @@ SYMBOLIC_ROW_GRANULE = 32  # a row of symbolic width: two vectors of the widest 
 def whole_vector_width(width, padded: bool = True):
     """A static output row of `width` rounded up to whole vectors of the widest ISA (several
     for a long row: the schedule's register tile), or None to leave it (short or already
-    whole); a symbolic one always, to `SYMBOLIC_ROW_GRANULE` (its vectors could not be
-    proved whole: trueocr's 1-D convs over a symbolic length ran scalar, 3% of the FMA peak).
+    whole); a symbolic one always, to `SYMBOLIC_ROW_GRANULE` (else the schedule cannot prove
+    its vectors whole, and runs the row in scalar code).
     A row that a vector does not divide would leave the schedule a scalar tail. Not `padded`:
     a conv whose input has no padded copy but for the rounding, whose row whole vectors
     already divide is left too (the copy cost more than the wider tile gains)."""
@@ -200,8 +200,7 @@ def convolution(data: te.Tensor, weight: te.Tensor, strides, padding, dilation, 
     has_padding = any(int(p) for p in padding)
 
     def round_output(size):
-        # Not a symbolic row of strided outputs: its vector would gather the input (nemo80's
-        # 160-stride frames ran 4.7x slower so than in scalar code).
+        # A symbolic row of strided outputs stays scalar: its vectors would gather the input.
         strided = not isinstance(size[-1], int | tvm.tirx.IntImm) and int(strides[-1]) > 1
         rounded = None if strided else whole_vector_width(size[-1], has_padding)
         return [*size[:-1], size[-1] if rounded is None else rounded]

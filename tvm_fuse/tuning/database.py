@@ -39,8 +39,8 @@ class TuningDatabase:
     @classmethod
     def load(cls, paths: Iterable[Path | str]) -> TuningDatabase:
         """The database of the logs at `paths`, read once per process while each file keeps its
-        size and modification time (parsing the shipped logs' 6,000 records took a quarter of a
-        small model's build, each build)."""
+        size and modification time (parsing the shipped logs was a good part of a small
+        model's build)."""
         stamps = []
         for path in map(Path, paths):
             stat = path.stat()
