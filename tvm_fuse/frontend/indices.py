@@ -73,6 +73,8 @@ def _converted(op: str, bb, inputs, attrs, opset, extents: list):
 
 
 def _checked(op: str, bb, indices, extents: list, attrs, opset):
+    """`indices` checked against `extents`: constants at build where the extents are static or
+    provably hold them, the rest by a kernel that runs before the node."""
     extents = [tirx.IntImm("int64", e) if isinstance(e, int) else e.astype("int64") for e in extents]
     if isinstance(indices, GenericConst):
         values = indices.value.numpy()
@@ -82,7 +84,6 @@ def _checked(op: str, bb, indices, extents: list, attrs, opset):
             if values.size and all(analyzer.can_prove(tirx.all(int(values.min()) >= -e, int(values.max()) < e))
                                    for e in extents):
                 return indices
-        indices = relax.const(values, str(values.dtype))
     if isinstance(indices, relax.ShapeExpr):
         indices = bb.normalize(relax.op.shape_to_tensor(indices))
     indices_shape = _shape(indices)
@@ -106,7 +107,7 @@ def _counted_from_start(op: str, values: np.ndarray, extents: list[int], attrs) 
         index = values[outside].reshape(-1)[0]
         extent = int(np.broadcast_to(bounds, values.shape)[outside].reshape(-1)[0])
         raise ModelLoadError(f"{op} node {node_name(attrs)!r} has the constant index {int(index)} into an "
-                         f"axis of size {extent} (ONNX allows [{-extent}, {extent - 1}])")
+                             f"axis of size {extent} (ONNX allows [{-extent}, {extent - 1}])")
     return np.where(values < 0, values + bounds, values).astype(values.dtype)
 
 
